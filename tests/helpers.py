@@ -1,0 +1,74 @@
+"""What the tests share: the scripts, running them, reading what a run wrote."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted(p.name for p in ROOT.glob("ppo_*.py"))  # later scripts join every test by themselves
+
+# small enough for seconds on 2 CPU cores, large enough for every overhead bucket (0, 1..7, 8..end)
+TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
+        "--num-iterations", "10"]
+
+SUMMARY_KEYS = {
+    "time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",
+    "time/rollout_mean_8_end", "time/update_mean_8_end", "time/total", "charts/episodic_return_final",
+    "memory/peak_rss_mb", "memory/peak_device_mb", "variant", "env_id", "model", "seed", "num_iterations",
+}
+TAGS = {
+    "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
+    "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
+    "losses/explained_variance", "time/iteration", "memory/peak_rss_mb",
+}
+SYNC_TAGS = {"time/rollout", "time/update"}
+
+
+def run(script: str, *args: str, log_dir, timeout: float = 900) -> subprocess.CompletedProcess:
+    """The script as a user runs it: a fresh process, from the project root."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(ROOT / script), "--log-dir", str(log_dir), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_ok(script: str, *args: str, log_dir) -> Path:
+    """Runs the script, checks it succeeded, and returns the one run directory it made."""
+    before = set(Path(log_dir).glob("*")) if Path(log_dir).exists() else set()
+    proc = run(script, *args, log_dir=log_dir)
+    assert proc.returncode == 0, f"{script} {args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    made = set(Path(log_dir).glob("*")) - before
+    assert len(made) == 1, f"expected one new run directory, got {made}"
+    return made.pop()
+
+
+def read_json(path) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a run directory, with TensorBoard's own reader and no down-sampling."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
+
+    acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0, ea.SCALARS: 0})
+    acc.Reload()
+    out = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    for tag in acc.Tags()["tensors"]:
+        out[tag] = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+    return out
+
+
+def load(script: str):
+    """Imports a script as a module (its main() does not run)."""
+    name = script.removesuffix(".py")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
