@@ -126,8 +126,74 @@ class Torch:
         return self.canonical(lambda name: params[name].detach().clone())
 
 
+class NNX:
+    """The model and optimizer are objects: weights go in and come out through their layers."""
+
+    def __init__(self, script, weights, args):
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        self.m, self.args, self.jnp, self.nnx = load(script), args, jnp, nnx
+        self.model, self.optimizer = self.m.make_model(jax.random.key(0), OBS_DIM, NUM_ACTIONS, args)
+        for net, layers in weights.items():
+            for i, (kernel, bias) in enumerate(layers):
+                layer = getattr(self.model, net).layers[i]
+                layer.kernel[...], layer.bias[...] = jnp.asarray(kernel), jnp.asarray(bias)
+
+    batch = Linen.batch
+
+    @staticmethod
+    def canonical(tree):
+        return {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
+                      for i in range(len(HIDDEN) + 1)] for net in NETS}
+
+    def loss_and_grads(self, mb):
+        (loss, stats), grads = self.nnx.value_and_grad(self.m.ppo_loss, has_aux=True)(self.model, self.batch(mb), self.args)
+        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
+
+    def updated_weights(self, mb):
+        self.m.minibatch_step(self.model, self.optimizer, self.batch(mb), self.args)
+        return self.canonical(self.nnx.state(self.model))
+
+
+class Equinox:
+    """The model is a pytree; eqx.nn.Linear keeps its weight as (out, in), like torch."""
+
+    def __init__(self, script, weights, args):
+        import equinox as eqx
+        import jax
+        import jax.numpy as jnp
+
+        self.m, self.args, self.jnp, self.eqx = load(script), args, jnp, eqx
+        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), OBS_DIM, NUM_ACTIONS, args)
+        for net, layers in weights.items():
+            for i, (kernel, bias) in enumerate(layers):
+                model = eqx.tree_at(lambda m: (getattr(m, net).layers[i].weight, getattr(m, net).layers[i].bias),
+                                    model, (jnp.asarray(kernel.T), jnp.asarray(bias)))
+        self.model = model
+
+    batch = Linen.batch
+
+    @staticmethod
+    def canonical(tree):
+        return {net: [(np.asarray(getattr(tree, net).layers[i].weight).T, np.asarray(getattr(tree, net).layers[i].bias))
+                      for i in range(len(HIDDEN) + 1)] for net in NETS}
+
+    def loss_and_grads(self, mb):
+        grad_fn = self.eqx.filter_value_and_grad(self.m.ppo_loss, has_aux=True)
+        (loss, stats), grads = grad_fn(self.model, self.batch(mb), self.args)
+        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
+
+    def updated_weights(self, mb):
+        (model, _), _ = self.m.minibatch_step((self.model, self.opt_state), self.batch(mb), self.tx, self.args)
+        return self.canonical(model)
+
+
 def adapter_for(script):
-    return Torch if "torch" in script else Linen
+    if "torch" in script:
+        return Torch
+    return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox}[script[4:-3]]
 
 
 @pytest.fixture(scope="module")

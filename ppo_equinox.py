@@ -1,0 +1,509 @@
+"""PPO with Equinox + optax, compiled with eqx.filter_jit (benchback).
+
+One file, top to bottom, CleanRL style, in Equinox's style: the model is an
+immutable pytree of arrays, so it flows through lax.scan and optax like any
+other. The rollout is a lax.scan, GAE a reverse scan, the update nested scans
+over epochs and minibatches; rollout (with GAE) and update are one
+eqx.filter_jit call each per iteration. The Gymnax environment is JAX too, so
+the whole iteration runs on the device.
+
+    python ppo_equinox.py --env-id Acrobot-v1 --model large
+    python ppo_equinox.py --no-jit        # the same functions, run op by op
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: time/startup counts them
+
+import json
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+import equinox as eqx
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from gymnax.environments import spaces
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id (discrete actions, Box observations)"""
+    model: Literal["small", "medium", "large"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    num_envs: int = 32
+    """parallel environments"""
+    num_steps: int = 256
+    """steps per environment in one rollout (batch = num_envs * num_steps)"""
+    num_minibatches: int = 8
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """passes over the batch per update"""
+    num_iterations: int = 100
+    """iterations, each one rollout and one update"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    clip_coef: float = 0.2
+    """surrogate (and value) clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss as PPO's original code does"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient norm clip"""
+    adam_eps: float = 1e-5
+    """Adam epsilon"""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas"""
+    bootstrap_truncation: bool = True
+    """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
+    seed: int = 1
+    """one seed drives init, environments, actions and shuffling"""
+    sync_timing: bool = False
+    """block around rollout and update to time them (time/rollout, time/update)"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    jit: bool = True
+    """wrap rollout and update in eqx.filter_jit (--no-jit runs them op by op)"""
+
+
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+
+
+def variant_name(args: Args) -> str:
+    return "equinox" if args.jit else "equinox-nojit"
+
+
+# %% environment helpers
+NEEDS_DOWNLOAD = ("MNISTBandit-bsuite",)  # fetches its data set when constructed
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def unsupported(env, env_params) -> str | None:
+    """Why this PPO (discrete actions, Box observations) cannot run the env, or None."""
+    if not isinstance(env.action_space(env_params), spaces.Discrete):
+        return "continuous actions (this PPO needs discrete actions)"
+    if not isinstance(env.observation_space(env_params), spaces.Box):
+        return f"{type(env.observation_space(env_params)).__name__} observations (this PPO needs Box observations)"
+    return None
+
+
+def supported_env_ids() -> list[str]:
+    ids = [e for e in gymnax.registered_envs if e not in NEEDS_DOWNLOAD]
+    return [e for e in ids if not unsupported(*gymnax.make(e))]
+
+
+def make_env(env_id: str):
+    """The Gymnax env and its params, or exit 2 if this benchmark cannot run it."""
+    if env_id not in gymnax.registered_envs or env_id in NEEDS_DOWNLOAD:
+        why = "needs a network download" if env_id in NEEDS_DOWNLOAD else "is not a Gymnax env id"
+        fail(f"env_id {env_id!r} {why}; supported: {', '.join(supported_env_ids())}")
+    env, env_params = gymnax.make(env_id)
+    if why := unsupported(env, env_params):
+        fail(f"env_id {env_id!r} has {why}; supported: {', '.join(supported_env_ids())}")
+    return env, env_params
+
+
+class EnvState(NamedTuple):
+    key: jax.Array  # the environments' own random stream
+    env: object  # the Gymnax state of every env
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class EnvStep(NamedTuple):
+    obs: jax.Array  # after auto-reset
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # before auto-reset: what a truncated step bootstraps from
+    episode_return: jax.Array  # return of the episode that ended here, else 0
+    episode_length: jax.Array
+
+
+def flatten_obs(obs, num_envs):
+    return obs.reshape(num_envs, -1).astype(jnp.float32)  # MinAtar grids -> vectors
+
+
+def env_reset(key, env, env_params, num_envs):
+    key, reset_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+
+
+def env_step(state: EnvState, action, env, env_params, num_envs):
+    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+    key, step_key = jax.random.split(state.key)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(
+        env.step, in_axes=(0, 0, 0, None)
+    )(jax.random.split(step_key, num_envs), state.env, action, env_params)
+    reward = reward.astype(jnp.float32)
+    done = terminated | truncated
+    episode_return = state.episode_return + reward
+    episode_length = state.episode_length + 1
+    step = EnvStep(
+        flatten_obs(obs, num_envs), reward, terminated, truncated,
+        flatten_obs(info["final_observation"], num_envs),
+        jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0),
+    )
+    state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length))
+    return state, step
+
+
+# %% model
+def linear(in_dim: int, out_dim: int, scale: float, key) -> eqx.nn.Linear:
+    """eqx.nn.Linear with orthogonal weights of gain `scale` and zero bias."""
+    weight = jax.nn.initializers.orthogonal(scale)(key, (out_dim, in_dim))
+    layer = eqx.nn.Linear(in_dim, out_dim, key=key)
+    return eqx.tree_at(lambda l: (l.weight, l.bias), layer, (weight, jnp.zeros(out_dim)))
+
+
+class MLP(eqx.Module):
+    layers: list[eqx.nn.Linear]
+
+    def __init__(self, in_dim: int, hidden: tuple[int, ...], out_dim: int, out_scale: float, key):
+        sizes, keys = (in_dim, *hidden, out_dim), jax.random.split(key, len(hidden) + 1)
+        scales = [np.sqrt(2)] * len(hidden) + [out_scale]  # orthogonal gains; the output layer's is out_scale
+        self.layers = [linear(i, o, g, k) for i, o, g, k in zip(sizes, sizes[1:], scales, keys)]
+
+    def __call__(self, x):  # one observation: Equinox layers are written for single examples
+        for layer in self.layers[:-1]:
+            x = jnp.tanh(layer(x))
+        return self.layers[-1](x)
+
+
+class ActorCritic(eqx.Module):
+    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+
+    actor: MLP
+    critic: MLP
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, key):
+        actor_key, critic_key = jax.random.split(key)
+        self.actor = MLP(obs_dim, hidden, num_actions, 0.01, actor_key)
+        self.critic = MLP(obs_dim, hidden, 1, 1.0, critic_key)
+
+    def __call__(self, obs):
+        return self.logits(obs), self.value(obs)
+
+    def logits(self, obs):  # vectorize over every leading (batch) axis
+        return jnp.vectorize(self.actor, signature="(d)->(a)")(obs)
+
+    def value(self, obs):
+        return jnp.vectorize(self.critic, signature="(d)->(v)")(obs)[..., 0]
+
+
+def make_model(key, obs_dim, num_actions, args: Args):
+    model = ActorCritic(obs_dim, MODELS[args.model], num_actions, key)
+    total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
+    tx = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(optax.linear_schedule(args.learning_rate, 0.0, total_steps),
+                   b1=args.adam_betas[0], b2=args.adam_betas[1], eps=args.adam_eps),
+    )
+    return model, tx, tx.init(eqx.filter(model, eqx.is_array))
+
+
+# %% rollout
+class Runner(NamedTuple):
+    key: jax.Array
+    env_state: EnvState
+    obs: jax.Array
+
+
+class Batch(NamedTuple):
+    obs: jax.Array
+    actions: jax.Array
+    logprobs: jax.Array
+    values: jax.Array
+    advantages: jax.Array
+    returns: jax.Array
+
+
+def rollout(model: ActorCritic, runner: Runner, env, env_params, args: Args):
+    """num_steps steps of every env as one lax.scan, then GAE: the batch to learn from."""
+
+    def step(runner: Runner, _):
+        key, action_key = jax.random.split(runner.key)
+        logits = model.logits(runner.obs)  # acting needs only the actor
+        action = jax.random.categorical(action_key, logits).astype(jnp.int32)
+        env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs)
+        return Runner(key, env_state, out.obs), (runner.obs, action, logits, out)
+
+    runner, (obs, actions, logits, out) = jax.lax.scan(step, runner, length=args.num_steps)
+    # the parameters are fixed during the rollout: values and log-probs in one batched pass each
+    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+    values = model.value(obs)
+    last_value = model.value(runner.obs)
+    final_values = model.value(out.final_obs) if args.bootstrap_truncation else None
+    advantages, returns = compute_gae(values, out.reward, out.terminated, out.truncated, last_value,
+                                      final_values, args.gamma, args.gae_lambda)
+    flat = lambda x: x.reshape(-1, *x.shape[2:])  # (num_steps, num_envs, ...) -> (batch, ...)
+    batch = Batch(flat(obs), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns))
+    stats = {
+        "episodes": (out.terminated | out.truncated).sum(),
+        "episodic_return_sum": out.episode_return.sum(),
+        "episodic_length_sum": out.episode_length.sum(),
+        "explained_variance": 1 - jnp.var(returns - values) / jnp.var(returns),
+    }
+    return runner, batch, stats
+
+
+# %% GAE
+def compute_gae(values, rewards, terminated, truncated, last_value, final_values, gamma, gae_lambda):
+    """GAE as a reverse scan over (num_steps, num_envs) arrays.
+
+    A trace stops at terminated or truncated. A truncated, not terminated, step
+    bootstraps through the time limit: its reward gets gamma * V(final observation).
+    """
+    if final_values is not None:
+        rewards = rewards + gamma * final_values * (truncated & ~terminated)
+    next_values = jnp.concatenate([values[1:], last_value[None]])
+    nonterminal = 1.0 - (terminated | truncated)
+    deltas = rewards + gamma * next_values * nonterminal - values
+
+    def step(advantage, x):
+        delta, nonterminal = x
+        advantage = delta + gamma * gae_lambda * nonterminal * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value), (deltas, nonterminal), reverse=True)
+    return advantages, advantages + values
+
+
+# %% loss and update
+def ppo_loss(model: ActorCritic, mb: Batch, args: Args):
+    logits, value = model(mb.obs)
+    logp = jax.nn.log_softmax(logits)
+    logprob = jnp.take_along_axis(logp, mb.actions[:, None], axis=-1)[:, 0]
+    entropy = -(jnp.exp(logp) * logp).sum(-1).mean()
+    logratio = logprob - mb.logprobs
+    ratio = jnp.exp(logratio)
+    advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std() + 1e-8)
+    pg_loss = jnp.maximum(-advantages * ratio,
+                          -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+    v_loss = (value - mb.returns) ** 2
+    if args.clip_vloss:
+        v_clipped = mb.values + jnp.clip(value - mb.values, -args.clip_coef, args.clip_coef)
+        v_loss = jnp.maximum(v_loss, (v_clipped - mb.returns) ** 2)
+    v_loss = 0.5 * v_loss.mean()
+    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1) - logratio).mean(),
+        "clipfrac": (jnp.abs(ratio - 1) > args.clip_coef).mean(),
+    }
+    return loss, stats
+
+
+def minibatch_step(carry, mb: Batch, tx, args: Args):
+    """One optimizer step: loss, gradients, global-norm clip, Adam."""
+    model, opt_state = carry
+    grads, stats = eqx.filter_grad(ppo_loss, has_aux=True)(model, mb, args)
+    updates, opt_state = tx.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+    return (eqx.apply_updates(model, updates), opt_state), stats
+
+
+def update(model: ActorCritic, opt_state, batch: Batch, iteration, shuffle_key, tx, args: Args):
+    """update_epochs epochs of num_minibatches shuffled minibatches, as nested lax.scans."""
+    batch_size = args.num_envs * args.num_steps
+
+    def epoch(carry, key):
+        perm = jax.random.permutation(key, batch_size)
+        shuffled = jax.tree.map(lambda x: x[perm].reshape(args.num_minibatches, -1, *x.shape[1:]), batch)
+        return jax.lax.scan(partial(minibatch_step, tx=tx, args=args), carry, shuffled)
+
+    # a fresh shuffle key per update without a host round trip: fold in the iteration (traced)
+    keys = jax.random.split(jax.random.fold_in(shuffle_key, iteration), args.update_epochs)
+    (model, opt_state), stats = jax.lax.scan(epoch, (model, opt_state), keys)  # a model is a pytree
+    return model, opt_state, jax.tree.map(jnp.mean, stats)
+
+
+# %% training loop with logging
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "torch"):
+        try:
+            found[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            found[pkg] = None
+    return found
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def make_run_dir(args: Args, variant: str, device: str) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+    info = {"args": asdict(args), "variant": variant, "versions": versions(),
+            "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    return run_dir
+
+
+def peak_device_mb():
+    stats = jax.devices()[0].memory_stats()  # None on CPU
+    return stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
+
+
+class RunLog:
+    """Writes each iteration's scalars and keeps what summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.times = {"iteration": [], "rollout": [], "update": []}
+        self.episodes = []  # (count, return sum) per iteration
+        self.memory = {}
+        self.start_train = None  # set when the first iteration starts
+
+    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps
+        for name, seconds in times.items():
+            self.times[name].append(seconds)
+            write(f"time/{name}", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        sps = args.num_envs * args.num_steps / times["iteration"]
+        write("charts/SPS", sps, step)
+        # the schedule's value at this iteration's first optimizer step
+        write("charts/learning_rate", args.learning_rate * (1 - iteration / args.num_iterations), step)
+        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
+            write(f"losses/{name}", stats[name], step)
+        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                       "memory/peak_device_mb": peak_device_mb()}
+        for name, value in self.memory.items():
+            if value is not None:
+                write(name, value, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+    def summary(self) -> dict:
+        """summary.json: the seed's overhead buckets (0, 1..7, 8..end) and the final return."""
+        mean = lambda xs: float(np.mean(xs)) if xs else None
+        it, args = self.times["iteration"], self.args
+        return {
+            "time/startup": self.start_train - START_TIME,
+            "time/iteration_0": it[0],
+            "time/iteration_mean_1_7": mean(it[1:8]),
+            "time/iteration_mean_8_end": mean(it[8:]),
+            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
+            "time/update_mean_8_end": mean(self.times["update"][8:]),
+            "time/total": time.time() - START_TIME,
+            "charts/episodic_return_final": self.final_return(),
+            **self.memory,
+            "variant": self.variant, "env_id": args.env_id, "model": args.model,
+            "seed": args.seed, "num_iterations": args.num_iterations,
+        }
+
+
+def train(args: Args, env, env_params, log: RunLog):
+    key = jax.random.key(args.seed)
+    init_key, env_key, runner_key, shuffle_key = jax.random.split(key, 4)
+    obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
+    model, tx, opt_state = make_model(init_key, obs.shape[1], env.action_space(env_params).n, args)
+    runner = Runner(runner_key, env_state, obs)
+    rollout_fn = partial(rollout, env=env, env_params=env_params, args=args)
+    update_fn = partial(update, shuffle_key=shuffle_key, tx=tx, args=args)
+    if args.jit:  # the runner, model and optimizer state are consumed: XLA reuses their buffers
+        rollout_fn = eqx.filter_jit(rollout_fn, donate="all-except-first")
+        update_fn = eqx.filter_jit(update_fn, donate="all-except-first")
+
+    log.start_train = time.time()
+    with Progress() as progress:
+        task = progress.add_task(log.variant, total=args.num_iterations)
+        for iteration in range(args.num_iterations):
+            t0 = time.perf_counter()
+            runner, batch, rollout_stats = rollout_fn(model, runner)
+            if args.sync_timing:
+                jax.block_until_ready(batch)
+                t1 = time.perf_counter()
+            # an array, not an int: filter_jit would treat an int as static and recompile each time
+            model, opt_state, update_stats = update_fn(model, opt_state, batch, jnp.asarray(iteration))
+            if args.sync_timing:
+                jax.block_until_ready(model)
+                t2 = time.perf_counter()
+            stats = jax.device_get({**rollout_stats, **update_stats})  # the one host fetch
+            times = {"iteration": time.perf_counter() - t0}
+            if args.sync_timing:
+                times.update(rollout=t1 - t0, update=t2 - t1)
+            progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
+    return model
+
+
+# %% main
+def main():
+    args = tyro.cli(Args)
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"):
+        if getattr(args, name) <= 0:
+            fail(f"{name} must be a positive integer, got {getattr(args, name)}")
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        fail(f"num_minibatches={args.num_minibatches} must divide the batch "
+             f"num_envs*num_steps={args.num_envs * args.num_steps}")
+    env, env_params = make_env(args.env_id)
+    variant = variant_name(args)
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        train(args, env, env_params, log)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+    summary = log.summary()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    print(f"{run_dir}: {summary['time/iteration_mean_8_end'] or summary['time/iteration_0']:.4f} s/iteration, "
+          f"final return {summary['charts/episodic_return_final']}")
+
+
+if __name__ == "__main__":
+    main()
