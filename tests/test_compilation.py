@@ -1,8 +1,9 @@
 """No recompilation after the first iteration (the seed's NNX code recompiled in its
-second iteration because its accumulators changed shape between calls)."""
+second iteration because its accumulators changed shape between calls), and
+torch.compile's mode none is the eager script."""
 
 import pytest
-from helpers import SCRIPTS, load
+from helpers import SCRIPTS, TINY as TINY_ARGS, load, run_ok, scalars
 
 JAX_SCRIPTS = [s for s in SCRIPTS if "torch" not in s]
 TINY = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, num_iterations=6)
@@ -10,7 +11,7 @@ TINY = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, num_it
 
 @pytest.fixture(scope="module")
 def backend_compiles():
-    """A counter of XLA compilations, from JAX's own monitoring events."""
+    """How many XLA compilations so far, from JAX's own monitoring events."""
     import jax
 
     count = [0]
@@ -20,19 +21,19 @@ def backend_compiles():
             count[0] += 1
 
     jax.monitoring.register_event_duration_secs_listener(listener)
-    return count
+    return lambda: count[0]
 
 
-def compiles_per_iteration(script, log_dir, count) -> list[int]:
+def compiles_per_iteration(script, log_dir, count, **extra) -> list[int]:
     """Trains in this process; returns the compilation count at the end of each iteration."""
     m = load(script)
-    args = m.Args(**TINY, log_dir=str(log_dir))
+    args = m.Args(**TINY, **extra, log_dir=str(log_dir))
     env, env_params = m.make_env(args.env_id)
     seen = []
 
     class CountingLog(m.RunLog):
         def iteration(self, iteration, times, stats):
-            seen.append(count[0])
+            seen.append(count())
             return super().iteration(iteration, times, stats)
 
     writer = m.Writer(str(log_dir))
@@ -47,3 +48,29 @@ def test_no_recompilation_after_first_iteration(script, tmp_path, backend_compil
     assert len(seen) == TINY["num_iterations"]
     assert seen[0] > 0, "the listener saw no compilation at all"  # so the test can fail
     assert seen == [seen[0]] * len(seen), f"compilations counted at the end of each iteration: {seen}"
+
+
+@pytest.fixture
+def dynamo_graphs(monkeypatch, tmp_path):
+    """How many graphs torch.compile has compiled so far (dynamo's own counter), from a cold cache."""
+    import torch._dynamo
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    torch._dynamo.reset()
+    return lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def test_torch_compile_no_recompilation(tmp_path, dynamo_graphs):
+    seen = compiles_per_iteration("ppo_torch_compile.py", tmp_path, dynamo_graphs, compile_mode="default")
+    assert seen[0] >= 3, f"expected the policy step, GAE and the update compiled, got {seen[0]} graphs"
+    assert seen == [seen[0]] * len(seen), f"graphs compiled by the end of each iteration: {seen}"
+
+
+def test_compile_mode_none_is_the_eager_script(tmp_path):
+    eager = scalars(run_ok("ppo_torch.py", *TINY_ARGS, log_dir=tmp_path / "eager"))
+    none = scalars(run_ok("ppo_torch_compile.py", *TINY_ARGS, "--compile-mode", "none", log_dir=tmp_path / "none"))
+    for tag in ("charts/episodic_return", "charts/episodic_length", "losses/value_loss", "losses/entropy",
+                "losses/policy_loss", "losses/approx_kl", "losses/explained_variance"):
+        assert [s for s, _ in eager[tag]] == [s for s, _ in none[tag]], tag
+        # the same code and seed; only the learning rate's float32 tensor rounds differently
+        assert [v for _, v in none[tag]] == pytest.approx([v for _, v in eager[tag]], rel=1e-3, abs=1e-6), tag

@@ -121,7 +121,7 @@ class Torch:
         return float(loss.detach()), {k: float(v.detach()) for k, v in stats.items()}, grads
 
     def updated_weights(self, mb):
-        self.m.minibatch_step(self.agent, self.optimizer, self.batch(mb), self.args.learning_rate, self.args)
+        self.m.minibatch_step(self.agent, self.optimizer, self.batch(mb), self.args)  # lr: the schedule's first
         params = dict(self.agent.named_parameters())
         return self.canonical(lambda name: params[name].detach().clone())
 
@@ -190,7 +190,17 @@ class Equinox:
         return self.canonical(model)
 
 
+class TorchCompile(Torch):
+    """The updated weights come from the compiled update: compilation must not change the numbers."""
+
+    def __init__(self, script, weights, args):
+        super().__init__(script, weights, args)
+        self.m.compile_hot_paths("default")  # the mode torch_compile uses on CPU
+
+
 def adapter_for(script):
+    if script == "ppo_torch_compile.py":
+        return TorchCompile
     if "torch" in script:
         return Torch
     return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox}[script[4:-3]]
