@@ -1,0 +1,573 @@
+"""analyze.py: benchback's TensorBoard logs -> the seed's charts and tables, and REPORT.md.
+
+    python analyze.py runs/ [more run folders...] --out results
+    python analyze.py envtime --out results       # env step times (the charts' x axis), cached
+
+Reads every run directory below the given folders (one with a run.json) with
+TensorBoard's own event reader, without down-sampling; skips, with one warning
+each, runs that are partial (no summary.json), corrupt or empty. Never writes
+into a run directory. Warm-up runs (under a folder named warmup) are ignored.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tyro
+from rich.console import Console
+from rich.table import Table
+
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)  # logs: no wrapped tables
+
+# one colour per variant in every chart; the order is the order of legends and tables
+VARIANT_COLORS = {
+    "linen": "#1f77b4", "linen-nojit": "#aec7e8", "nnx": "#ff7f0e", "nnx-nojit": "#ffbb78",
+    "nnx_cached": "#d62728", "equinox": "#2ca02c", "equinox-nojit": "#98df8a", "torch": "#9467bd",
+    "torch-nojitenv": "#c5b0d5", "torch_compile": "#8c564b", "torch_compile-default": "#c49c94",
+    "torch_compile-reduce-overhead": "#e377c2", "torch_compile-max-autotune": "#f7b6d2",
+}
+MODELS = ("small", "medium", "large")
+MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
+REFERENCE = "linen"  # speedups are quoted as "X -> linen": how much faster linen is than X
+PAIRS_EXTRA = [("torch", "torch_compile"), ("nnx", "nnx_cached")]  # what compilation buys within a framework
+
+
+# ---- reading runs
+@dataclass
+class Run:
+    path: Path
+    variant: str
+    env_id: str
+    model: str
+    seed: int
+    synced: bool
+    summary: dict
+    info: dict
+    scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
+
+    def series(self, tag):
+        return self.scalars.get(tag, (np.array([]), np.array([]), np.array([])))
+
+
+def read_scalars(run_dir: Path) -> dict:
+    """Every scalar of every event file in run_dir, merged, with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
+
+    acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0, ea.SCALARS: 0})
+    acc.Reload()
+    points = defaultdict(list)
+    for tag in acc.Tags()["scalars"]:
+        points[tag] += [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)]
+    for tag in acc.Tags()["tensors"]:
+        points[tag] += [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)), e.wall_time)
+                        for e in acc.Tensors(tag)]
+    return {tag: tuple(np.array(col) for col in zip(*sorted(pts))) for tag, pts in points.items()}
+
+
+def load_run(run_dir: Path) -> Run:
+    """One run, or ValueError saying why it cannot be used."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"corrupt run.json ({e})")
+    if not (run_dir / "summary.json").exists():
+        raise ValueError("partial: no summary.json (interrupted or still running)")
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        args = info["args"]
+        run = Run(run_dir, summary["variant"], summary["env_id"], summary["model"], int(summary["seed"]),
+                  bool(args["sync_timing"]), summary, info)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"corrupt summary.json or run.json ({type(e).__name__}: {e})")
+    if not any(run_dir.glob("*tfevents*")):
+        raise ValueError("empty: no event file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.scalars = read_scalars(run_dir)
+    except Exception as e:  # the reader raises many kinds on a damaged file
+        raise ValueError(f"corrupt event file ({type(e).__name__}: {e})")
+    if "time/iteration" not in run.scalars:
+        raise ValueError("empty: the event files hold no time/iteration scalars")
+    return run
+
+
+def find_runs(roots: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
+    runs, skipped = [], []
+    for root in roots:
+        if not Path(root).exists():
+            skipped.append((Path(root), "does not exist"))
+            continue
+        for run_json in sorted(Path(root).rglob("run.json")):
+            run_dir = run_json.parent
+            if "warmup" in run_dir.parts:
+                continue
+            try:
+                runs.append(load_run(run_dir))
+            except ValueError as e:
+                skipped.append((run_dir, str(e)))
+    return runs, skipped
+
+
+def variant_order(variants) -> list[str]:
+    known = [v for v in VARIANT_COLORS if v in variants]
+    return known + sorted(set(variants) - set(known))
+
+
+def color(variant: str) -> str:
+    if variant in VARIANT_COLORS:
+        return VARIANT_COLORS[variant]
+    import matplotlib
+
+    return matplotlib.colormaps["tab20b"](abs(hash(variant)) % 20)
+
+
+# ---- env complexity: each env's step time with random actions, relative to the fastest
+@dataclass
+class EnvTime:
+    """Measures each env's step time with random actions and caches it in OUT/envtime.json."""
+
+    out: str = "results"
+    """folder of the cache (and of the report)"""
+    envs: tuple[str, ...] = ()
+    """env ids to measure (default: the seed's 12 environments)"""
+    num_envs: int = 32
+    """parallel environments, as in training"""
+    steps: int = 2000
+    """steps per measurement, inside one jitted lax.scan"""
+    force: bool = False
+    """measure again even if the cache has the env"""
+
+
+SEED_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "DiscountingChain-bsuite", "MemoryChain-bsuite",
+             "UmbrellaChain-bsuite", "BernoulliBandit-misc", "GaussianBandit-misc", "Asterix-MinAtar",
+             "Breakout-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar")
+
+
+def measure_env_step(env_id: str, num_envs: int, steps: int) -> float:
+    """Seconds per step of num_envs envs (auto-reset included), best of 5, compile excluded."""
+    import gymnax
+    import jax
+
+    env, params = gymnax.make(env_id)
+    n = env.action_space(params).n
+
+    @jax.jit
+    def run(key):
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), params)
+
+        def step(carry, key):
+            state, total = carry
+            act_key, step_key = jax.random.split(key)
+            action = jax.random.randint(act_key, (num_envs,), 0, n)
+            _, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(step_key, num_envs), state, action, params)
+            return (state, total + reward.sum()), None
+
+        return jax.lax.scan(step, (state, 0.0), jax.random.split(key, steps))[0][1]
+
+    run(jax.random.key(0)).block_until_ready()
+    best = math.inf
+    for i in range(5):
+        start = time.perf_counter()
+        run(jax.random.key(i + 1)).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return best / steps
+
+
+def env_times(out: Path, env_ids, num_envs=32, steps=2000, force=False) -> dict[str, float]:
+    """Step times from OUT/envtime.json, measuring (and caching) the envs it lacks."""
+    cache_file = out / "envtime.json"
+    cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    missing = [e for e in env_ids if force or e not in cache]
+    for env_id in missing:
+        console.print(f"measuring the step time of {env_id} ...")
+        cache[env_id] = measure_env_step(env_id, num_envs, steps)
+    if missing:
+        out.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps(cache, indent=2, sort_keys=True))
+    return {e: cache[e] for e in env_ids}
+
+
+def complexity(times: dict[str, float]) -> dict[str, float]:
+    fastest = min(times.values())
+    return {e: t / fastest for e, t in times.items()}
+
+
+# ---- statistics
+def pair_ratios(runs: list[Run], slow: str, fast: str, value) -> dict[tuple[str, str], np.ndarray]:
+    """{(env, model): value(slow run) / value(fast run) for every pair of repeats}."""
+    by = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        v = value(r)
+        if v is not None and v > 0:
+            by[(r.env_id, r.model)][r.variant].append(v)
+    out = {}
+    for key, per_variant in by.items():
+        if per_variant.get(slow) and per_variant.get(fast):
+            out[key] = np.array([a / b for a in per_variant[slow] for b in per_variant[fast]])
+    return out
+
+
+def geomean(x) -> float:
+    return float(np.exp(np.mean(np.log(x))))
+
+
+def bootstrap_geomean_ci(ratios_by_env: list[np.ndarray], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of the geometric mean, resampling environments (the main source of spread)."""
+    if len(ratios_by_env) < 2:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    logs = [np.log(r) for r in ratios_by_env]
+    means = []
+    for _ in range(n):
+        pick = rng.integers(0, len(logs), len(logs))
+        means.append(np.mean(np.concatenate([logs[i] for i in pick])))
+    return float(np.exp(np.percentile(means, 2.5))), float(np.exp(np.percentile(means, 97.5)))
+
+
+def speedup_table(runs: list[Run], value, pairs) -> list[dict]:
+    """Per pair and model size: geometric mean (with CI) and median of every ratio over envs."""
+    rows = []
+    for slow, fast in pairs:
+        ratios = pair_ratios(runs, slow, fast, value)
+        for model in MODELS:
+            per_env = [r for (env, m), r in sorted(ratios.items()) if m == model]
+            if not per_env:
+                continue
+            flat = np.concatenate(per_env)
+            low, high = bootstrap_geomean_ci(per_env)
+            rows.append({"pair": f"{slow} → {fast}", "model": model, "geomean": geomean(flat),
+                         "median": float(np.median(flat)), "ci_low": low, "ci_high": high,
+                         "envs": len(per_env), "ratios": len(flat)})
+    return rows
+
+
+def iteration_buckets(run: Run) -> tuple[float, float, float]:
+    """Mean iteration time in the seed's buckets: 0, 1..7, 8..end."""
+    t = run.series("time/iteration")[1]
+    mean = lambda x: float(np.mean(x)) if len(x) else math.nan
+    return float(t[0]), mean(t[1:8]), mean(t[8:])
+
+
+def steady(tag: str):
+    """The mean of a per-iteration time over iterations 8..end, from the event file."""
+    def value(run: Run):
+        t = run.series(tag)[1]
+        return float(np.mean(t[8:])) if len(t) > 8 else None
+    return value
+
+
+def total_time(run: Run):
+    return run.summary.get("time/total")
+
+
+# ---- charts
+def plot_durations(runs, cx, path):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
+    for ax, model in zip(axes, MODELS):
+        subset = [r for r in runs if r.model == model]
+        for v in variant_order({r.variant for r in subset}):
+            pts = [(cx[r.env_id], total_time(r)) for r in subset if r.variant == v]
+            ax.scatter(*zip(*pts), color=color(v), marker=MODEL_MARKERS[model], label=v, alpha=0.8)
+        ax.set(xscale="log", yscale="log", title=f"{model} model", xlabel="env complexity (step time / fastest)")
+    axes[0].set_ylabel("total run time (s)")
+    axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.suptitle("Experiment 1: total duration of training (async timing)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_speedups(runs, pairs, value, title, path):
+    """One box per pair and model size: the distribution of every repeat pair's ratio over envs."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(pairs) + 2), 4.5))
+    ticks, labels = [], []
+    for i, (slow, fast) in enumerate(pairs):
+        ratios = pair_ratios(runs, slow, fast, value)
+        for j, model in enumerate(MODELS):
+            vals = [r for (env, m), rr in ratios.items() if m == model for r in rr]
+            if not vals:
+                continue
+            x = i * 4 + j
+            ax.boxplot([vals], positions=[x], widths=0.7, showfliers=False)
+            jitter = np.random.default_rng(x).uniform(-0.2, 0.2, len(vals))
+            ax.scatter(x + jitter, vals, s=10, color=color(slow), marker=MODEL_MARKERS[model], alpha=0.7)
+        ticks.append(i * 4 + 1)
+        labels.append(f"{slow}\n→ {fast}")
+    ax.axhline(1, color="grey", lw=0.8, ls="--")
+    ax.set(yscale="log", ylabel="speedup (time of left / time of right)", title=title)
+    ax.set_xticks(ticks, labels, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_overhead(runs, path):
+    import matplotlib.pyplot as plt
+
+    variants = variant_order({r.variant for r in runs})
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
+    for ax, bucket, name in zip(axes, range(3), ("iteration 0 (compile)", "iterations 1..7", "iterations 8..end")):
+        for i, v in enumerate(variants):
+            for model in MODELS:
+                vals = [iteration_buckets(r)[bucket] for r in runs if r.variant == v and r.model == model]
+                vals = [x for x in vals if not math.isnan(x)]
+                if vals:
+                    jitter = np.random.default_rng(i).uniform(-0.25, 0.25, len(vals))
+                    ax.scatter(i + jitter, vals, color=color(v), marker=MODEL_MARKERS[model], s=14, alpha=0.8)
+        ax.set(yscale="log", title=name)
+        ax.set_xticks(range(len(variants)), variants, rotation=45, ha="right", fontsize=8)
+    axes[0].set_ylabel("seconds per iteration")
+    fig.suptitle("Overhead: iteration durations by bucket (o small, s medium, ^ large)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_rollout_update(runs, x_of, xlabel, title, path, xlog=True):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for ax, tag in zip(axes, ("time/rollout", "time/update")):
+        for v in variant_order({r.variant for r in runs}):
+            pts = sorted((x_of(r), steady(tag)(r)) for r in runs if r.variant == v and steady(tag)(r))
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ls="", color=color(v), label=v, alpha=0.8)
+        ax.set(yscale="log", title=f"{tag[5:]} (mean of iterations 8..end, synced)", xlabel=xlabel,
+               ylabel="seconds")
+        if xlog:
+            ax.set_xscale("log")
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_learning_curves(runs, path, against: str):
+    """Episodic return against env steps or wall time: mean and min..max over repeats, per env."""
+    import matplotlib.pyplot as plt
+
+    envs = sorted({r.env_id for r in runs})
+    cols = min(4, len(envs))
+    rows = math.ceil(len(envs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols + 2.5, 3.4 * rows + 0.8), squeeze=False)
+    for ax, env in zip(axes.flat, envs):
+        for v in variant_order({r.variant for r in runs if r.env_id == env}):
+            curves = []
+            for r in runs:
+                if r.env_id != env or r.variant != v:
+                    continue
+                steps, returns, wall = r.series("charts/episodic_return")
+                if len(steps):
+                    x = steps if against == "steps" else wall - r.info.get("start_time", wall[0])
+                    curves.append((x, returns))
+            if not curves:
+                continue
+            grid = np.linspace(0, min(c[0][-1] for c in curves), 50)
+            ys = np.array([np.interp(grid, x, y) for x, y in curves])
+            ax.plot(grid, ys.mean(0), color=color(v), label=v, lw=1.2)
+            ax.fill_between(grid, ys.min(0), ys.max(0), color=color(v), alpha=0.15)
+        ax.set(title=env, xlabel="env steps" if against == "steps" else "wall time (s)", ylabel="return")
+    for ax in axes.flat[len(envs):]:
+        ax.axis("off")
+    legend = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(legend.values(), legend.keys(), fontsize=8, loc="center right")
+    fig.suptitle(f"Return against {against}: small model, mean and min..max over repeats")
+    fig.tight_layout(rect=(0, 0, 1 - 2.3 / fig.get_figwidth(), 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---- tables: rich on the console, Markdown in REPORT.md
+def fmt(x, digits=3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return str(x)
+
+
+def emit(title: str, header: list[str], rows: list[list], md: list[str]):
+    table = Table(title=title)
+    for h in header:
+        table.add_column(h)
+    for row in rows:
+        table.add_row(*[fmt(c) for c in row])
+    console.print(table)
+    md += [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows] + [""]
+
+
+def speedup_rows(rows):
+    return [[r["pair"], r["model"], f"{r['geomean']:.2f}x", f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+             f"{r['median']:.2f}x", r["envs"], r["ratios"]] for r in rows]
+
+
+SPEEDUP_HEADER = ["pair (slow → fast)", "model", "geometric mean", "95% CI", "median", "envs", "ratios"]
+
+
+def hardware_section(runs: list[Run]) -> list[str]:
+    seen = defaultdict(int)
+    for r in runs:
+        key = (r.info.get("device"), r.info.get("cpu"), json.dumps(r.info.get("versions", {}), sort_keys=True))
+        seen[key] += 1
+    md = ["## Machines and versions", "", "| runs | device | CPU | versions |", "|---|---|---|---|"]
+    for (device, cpu, versions), n in sorted(seen.items(), key=lambda kv: -kv[1]):
+        v = ", ".join(f"{k} {val}" for k, val in json.loads(versions).items() if val)
+        md.append(f"| {n} | {device} | {cpu} | {v} |")
+    return md + [""]
+
+
+# ---- the report
+@dataclass
+class Report:
+    """Reads benchback run directories and writes charts, tables and REPORT.md."""
+
+    runs: tyro.conf.Positional[tuple[str, ...]] = ("runs",)
+    """folders holding run directories (searched recursively)"""
+    out: str = "results"
+    """where the PNG charts, REPORT.md and envtime.json go"""
+
+
+def pairs_for(variants: set[str]) -> list[tuple[str, str]]:
+    pairs = [(v, REFERENCE) for v in variant_order(variants) if v != REFERENCE and REFERENCE in variants]
+    return pairs + [(a, b) for a, b in PAIRS_EXTRA if a in variants and b in variants and (a, b) not in pairs]
+
+
+def report(args: Report) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out = Path(args.out)
+    runs, skipped = find_runs(list(args.runs))
+    for path, why in skipped:
+        console.print(f"[yellow]warning[/]: skipped {path}: {why}")
+    if not runs:
+        console.print("[red]error[/]: no complete run found in " + ", ".join(args.runs))
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    cx = complexity(env_times(out, sorted({r.env_id for r in runs})))
+    md = ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.", ""]
+    md += hardware_section(runs)
+    md += ["## Environment complexity", "", "| env | step time of 32 envs (µs) | relative |", "|---|---|---|"]
+    md += [f"| {e} | {t * 1e6:.1f} | {cx[e]:.2f} |" for e, t in sorted(env_times(out, list(cx)).items(), key=lambda kv: kv[1])]
+    md.append("")
+    charts = []
+
+    exp1 = [r for r in runs if not r.synced]
+    if exp1:
+        md += ["## Experiment 1: total duration (async timing)", ""]
+        plot_durations(exp1, cx, out / "exp1_durations.png")
+        pairs = pairs_for({r.variant for r in exp1})
+        plot_speedups(exp1, pairs, total_time, "Speedup of total run time (all repeat pairs, all envs)",
+                      out / "exp1_speedups.png")
+        emit("Speedup of total run time", SPEEDUP_HEADER, speedup_rows(speedup_table(exp1, total_time, pairs)), md)
+        plot_overhead(exp1, out / "exp1_overhead.png")
+        overhead = []
+        for v in variant_order({r.variant for r in exp1}):
+            for model in MODELS:
+                b = [iteration_buckets(r) for r in exp1 if r.variant == v and r.model == model]
+                if b:
+                    overhead.append([v, model, len(b), *(float(np.nanmean(col)) for col in zip(*b))])
+        emit("Overhead: mean seconds per iteration by bucket", ["variant", "model", "runs", "iteration 0",
+             "iterations 1..7", "iterations 8..end"], overhead, md)
+        plot_speedups(exp1, pairs, steady("time/iteration"), "Steady-state speedup (iterations 8..end)",
+                      out / "exp1_steady_speedups.png")
+        emit("Steady-state speedup (mean iteration time of iterations 8..end)", SPEEDUP_HEADER,
+             speedup_rows(speedup_table(exp1, steady("time/iteration"), pairs)), md)
+        charts += ["exp1_durations.png", "exp1_speedups.png", "exp1_overhead.png", "exp1_steady_speedups.png"]
+
+    synced = [r for r in runs if r.synced]
+    exp2 = [r for r in synced if r.model == "small"]
+    if exp2:
+        md += ["## Experiment 2: rollout and update (synced, small model)", ""]
+        plot_rollout_update(exp2, lambda r: cx[r.env_id], "env complexity",
+                            "Experiment 2: rollout and update durations by env", out / "exp2_rollout_update.png")
+        rows = []
+        for v in variant_order({r.variant for r in exp2}):
+            sel = [r for r in exp2 if r.variant == v]
+            ro = [x for x in map(steady("time/rollout"), sel) if x]
+            up = [x for x in map(steady("time/update"), sel) if x]
+            rows.append([v, len(sel), geomean(ro) if ro else None, geomean(up) if up else None])
+        emit("Synced rollout and update: geometric mean over envs of seconds per iteration (8..end)",
+             ["variant", "runs", "rollout", "update"], rows, md)
+        pairs = pairs_for({r.variant for r in exp2})
+        for tag in ("time/rollout", "time/update"):
+            emit(f"Speedup of {tag[5:]} (synced, small model)", SPEEDUP_HEADER,
+                 speedup_rows(speedup_table(exp2, steady(tag), pairs)), md)
+        charts.append("exp2_rollout_update.png")
+
+    exp3 = [r for r in synced if r.env_id == "Acrobot-v1"]
+    if exp3:
+        md += ["## Experiment 3: compile modes (Acrobot-v1, synced)", ""]
+        size = {m: i for i, m in enumerate(MODELS)}
+        plot_rollout_update(exp3, lambda r: size[r.model], "model size (0 small, 1 medium, 2 large)",
+                            "Experiment 3: compile modes by model size (Acrobot-v1)", out / "exp3_compile_modes.png",
+                            xlog=False)
+        rows = []
+        for v in variant_order({r.variant for r in exp3}):
+            for model in MODELS:
+                sel = [r for r in exp3 if r.variant == v and r.model == model]
+                if sel:
+                    rows.append([v, model, len(sel), float(np.mean([steady("time/rollout")(r) or math.nan for r in sel])),
+                                 float(np.mean([steady("time/update")(r) or math.nan for r in sel]))])
+        emit("Compile modes: seconds per rollout and update (8..end, Acrobot-v1)",
+             ["variant", "model", "runs", "rollout", "update"], rows, md)
+        charts.append("exp3_compile_modes.png")
+
+    small = [r for r in runs if r.model == "small"]
+    if small:
+        plot_learning_curves(small, out / "learning_curves.png", "steps")
+        plot_learning_curves(small, out / "learning_curves_time.png", "wall time")
+        charts += ["learning_curves.png", "learning_curves_time.png"]
+        md += ["## Learning parity", "",
+               "Mean return of the episodes that ended in the last 10 iterations: the variants should learn alike.", ""]
+        rows = []
+        for env in sorted({r.env_id for r in small}):
+            for v in variant_order({r.variant for r in small if r.env_id == env}):
+                finals = [r.summary.get("charts/episodic_return_final") for r in small
+                          if r.env_id == env and r.variant == v]
+                finals = [f for f in finals if f is not None]
+                if finals:
+                    rows.append([env, v, len(finals), float(np.mean(finals)),
+                                 float(np.std(finals)) if len(finals) > 1 else None])
+        emit("Final return (small model)", ["env", "variant", "runs", "mean", "std"], rows, md)
+
+    md += ["## Charts", ""] + [f"![{c}]({c})" for c in charts] + [""]
+    if skipped:
+        md += ["## Skipped runs", ""] + [f"- `{p}`: {why}" for p, why in skipped] + [""]
+    (out / "REPORT.md").write_text("\n".join(md))
+    console.print(f"wrote {out / 'REPORT.md'} and {len(charts)} charts")
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["envtime"]:
+        args = tyro.cli(EnvTime, args=sys.argv[2:], prog="analyze.py envtime")
+        times = env_times(Path(args.out), list(args.envs or SEED_ENVS), args.num_envs, args.steps, args.force)
+        table = Table(title="env step time (32 envs, random actions)")
+        for col in ("env", "µs per step", "relative"):
+            table.add_column(col)
+        for env, rel in sorted(complexity(times).items(), key=lambda kv: kv[1]):
+            table.add_row(env, f"{times[env] * 1e6:.1f}", f"{rel:.2f}")
+        console.print(table)
+        return 0
+    return report(tyro.cli(Report, description=__doc__))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# bench.sh: the seed's experiments as one resumable sweep, every run in a fresh process.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+usage() {
+  cat <<'EOF'
+Usage: bash bench.sh [PRESET] [OPTIONS] [-- SCRIPT ARGS...]
+
+Presets (default: sweep)
+  sweep        warm-up, then Experiments 1, 2 and 3: the seed's whole schedule with our variants
+  quick        2 envs, every variant, small model, 12 iterations; then analyze.py (minutes on a CPU)
+  warmup|exp1|exp2|exp3
+               one part of the schedule alone
+    warmup  Acrobot-v1, small, one fully compiled run per framework (not analysed)
+    exp1    every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
+    exp2    every env x every compile mode, small model, --sync-timing
+    exp3    Acrobot-v1 x every compile mode x 3 model sizes, --sync-timing
+
+Options
+  --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
+  --repeats N        repeat the schedule N times; repeat r runs with seed r (default: 1)
+  --iterations N     --num-iterations for every run (default: each script's, 100)
+  --envs LIST        the envs of exp1 and exp2: a comma list of env ids, or seed (the seed's 12,
+                     default), extra (the Gymnax 1.0 envs the seed lacked), all; exp3 runs
+                     only if the list has Acrobot-v1; the warm-up always runs
+  --variants LIST    comma list of variants (see below) to run instead of each experiment's own
+  --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
+  --experiments LIST comma list of warmup,exp1,exp2,exp3 (a subset of the preset's)
+  --dry-run          print one line per planned run, the exact command; run nothing
+  --resume           skip runs that already have a summary.json (a half-finished run is
+                     rerun in a new directory, never overwritten)
+  --shard I/N        run only planned runs I, I+N, I+2N, ... (N GPUs or a SLURM job array)
+  --warm-cache       keep torch.compile's on-disk cache between runs (default: every run
+                     compiles cold, in an empty TORCHINDUCTOR_CACHE_DIR)
+  -h, --help         this text
+Everything after -- goes to every script, e.g. -- --num-envs 64
+
+Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
+  torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
+  torch_compile-max-autotune
+Failures are logged to DIR/failures.log and the sweep goes on; the exit code is 1 if any
+run failed, 130 if interrupted.
+EOF
+}
+
+SEED_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 DiscountingChain-bsuite MemoryChain-bsuite
+           UmbrellaChain-bsuite BernoulliBandit-misc GaussianBandit-misc Asterix-MinAtar
+           Breakout-MinAtar Freeway-MinAtar SpaceInvaders-MinAtar)
+EXTRA_ENVS=(Seaquest-MinAtar Catch-bsuite DeepSea-bsuite SimpleBandit-bsuite FourRooms-misc
+            MetaMaze-misc Pong-misc)
+MODELS=(small medium large)
+FRAMEWORKS=(linen nnx_cached equinox torch_compile)                  # warm-up: each fully compiled
+AS_MEANT=(linen nnx nnx_cached equinox torch torch_compile)          # Experiment 1
+COMPILE_MODES=(linen-nojit linen nnx-nojit nnx nnx_cached equinox     # Experiments 2 and 3
+               torch-nojitenv torch torch_compile torch_compile-default)
+PYTHON=${PYTHON:-python}
+
+# the script and flags of a variant; the scripts name their run directories after it
+variant_command() {
+  case $1 in
+    linen) echo "ppo_linen.py" ;;
+    linen-nojit) echo "ppo_linen.py --no-jit" ;;
+    nnx) echo "ppo_nnx.py" ;;
+    nnx-nojit) echo "ppo_nnx.py --no-jit" ;;
+    nnx_cached) echo "ppo_nnx_cached.py" ;;
+    equinox) echo "ppo_equinox.py" ;;
+    equinox-nojit) echo "ppo_equinox.py --no-jit" ;;
+    torch) echo "ppo_torch.py" ;;
+    torch-nojitenv) echo "ppo_torch.py --no-jit-env" ;;
+    torch_compile) echo "ppo_torch_compile.py" ;;
+    torch_compile-default|torch_compile-reduce-overhead|torch_compile-max-autotune)
+      echo "ppo_torch_compile.py --compile-mode ${1#torch_compile-}" ;;
+    *) return 1 ;;
+  esac
+}
+
+die() { echo "bench.sh: $*" >&2; exit 2; }
+split() { tr ',' ' ' <<<"$1"; }
+contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
+
+preset=sweep out=runs repeats=1 iterations="" envs_opt="" variants_opt="" models_opt=""
+experiments_opt="" dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=()
+if [[ $# -gt 0 && $1 != -* ]]; then preset=$1; shift; fi
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --out) out=${2:?--out needs a directory}; shift 2 ;;
+    --repeats) repeats=${2:-}; shift 2 ;;
+    --iterations) iterations=${2:-}; shift 2 ;;
+    --envs) envs_opt=${2:?--envs needs a list}; shift 2 ;;
+    --variants) variants_opt=${2:?--variants needs a list}; shift 2 ;;
+    --models) models_opt=${2:?--models needs a list}; shift 2 ;;
+    --experiments) experiments_opt=${2:?--experiments needs a list}; shift 2 ;;
+    --dry-run) dry_run=1; shift ;;
+    --resume) resume=1; shift ;;
+    --shard) shard=${2:-}; shift 2 ;;
+    --warm-cache) warm_cache=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+
+[[ $repeats =~ ^[1-9][0-9]*$ ]] || die "--repeats must be a positive integer, got '$repeats'"
+[[ -z $iterations || $iterations =~ ^[1-9][0-9]*$ ]] || die "--iterations must be a positive integer, got '$iterations'"
+[[ $shard =~ ^([0-9]+)/([1-9][0-9]*)$ ]] || die "--shard must be I/N with 0 <= I < N, got '$shard'"
+shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
+((shard_i < shard_n)) || die "--shard must be I/N with 0 <= I < N, got '$shard'"
+
+quick_envs=(CartPole-v1 Acrobot-v1)
+case $preset in
+  sweep) experiments=(warmup exp1 exp2 exp3) ;;
+  quick) experiments=(exp1 exp2); [[ -n $iterations ]] || iterations=12 ;;
+  warmup|exp1|exp2|exp3) experiments=("$preset") ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2 or exp3" ;;
+esac
+if [[ -n $experiments_opt ]]; then
+  for e in $(split "$experiments_opt"); do
+    contains "$e" "${experiments[@]}" || die "experiment '$e' is not part of preset '$preset' (${experiments[*]})"
+  done
+  experiments=($(split "$experiments_opt"))
+fi
+
+env_filter=()
+case $envs_opt in
+  "") ;;
+  seed) env_filter=("${SEED_ENVS[@]}") ;;
+  extra) env_filter=("${EXTRA_ENVS[@]}") ;;
+  all) env_filter=("${SEED_ENVS[@]}" "${EXTRA_ENVS[@]}") ;;
+  *) env_filter=($(split "$envs_opt")) ;;
+esac
+variant_filter=($(split "$variants_opt"))
+for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"; done
+model_filter=($(split "$models_opt"))
+for m in "${model_filter[@]}"; do contains "$m" "${MODELS[@]}" || die "unknown model '$m': small, medium, large"; done
+
+# ---- the plan: one line per run, "experiment repeat env variant model sync"
+plan=()
+add() {  # experiment sync envs... -- variants... -- models...
+  local exp=$1 sync=$2; shift 2
+  local envs=() variants=() models=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
+  while [[ $1 != -- ]]; do variants+=("$1"); shift; done; shift
+  models=("$@")
+  if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
+    contains Acrobot-v1 "${env_filter[@]}" || return 0
+  elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup ]]; then
+    envs=("${env_filter[@]}")
+  fi
+  if [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
+  if [[ ${#model_filter[@]} -gt 0 && $exp != warmup ]]; then
+    local kept=(); for m in "${model_filter[@]}"; do contains "$m" "${models[@]}" && kept+=("$m"); done
+    models=("${kept[@]}")
+  fi
+  for r in $(seq 1 "$repeats"); do
+    for env in "${envs[@]}"; do for variant in "${variants[@]}"; do for model in "${models[@]}"; do
+      plan+=("$exp $r $env $variant $model $sync")
+    done; done; done
+  done
+}
+all_envs=("${SEED_ENVS[@]}"); [[ $preset == quick ]] && all_envs=("${quick_envs[@]}")
+for exp in "${experiments[@]}"; do
+  case $exp in
+    warmup) add warmup async Acrobot-v1 -- "${FRAMEWORKS[@]}" -- small ;;
+    exp1) if [[ $preset == quick ]]; then add exp1 async "${all_envs[@]}" -- "${AS_MEANT[@]}" -- small
+          else add exp1 async "${all_envs[@]}" -- "${AS_MEANT[@]}" -- "${MODELS[@]}"; fi ;;
+    exp2) add exp2 sync "${all_envs[@]}" -- "${COMPILE_MODES[@]}" -- small ;;
+    exp3) add exp3 sync Acrobot-v1 -- "${COMPILE_MODES[@]}" -- "${MODELS[@]}" ;;
+  esac
+done
+
+# ---- run it
+mkdir -p "$out"
+failures="$out/failures.log"
+ran=0 skipped=0 failed=0 interrupted=0
+planned=0; for i in "${!plan[@]}"; do ((i % shard_n == shard_i)) && planned=$((planned + 1)); done
+# Ctrl-C reaches the run in the foreground too: it closes its logs and exits, then the sweep stops
+trap 'interrupted=1' INT TERM
+
+for i in "${!plan[@]}"; do
+  ((i % shard_n == shard_i)) || continue
+  read -r exp r env variant model sync <<<"${plan[$i]}"
+  read -ra script <<<"$(variant_command "$variant")"
+  cmd=("$PYTHON" "${script[@]}" --env-id "$env" --model "$model" --seed "$r" --log-dir "$out/$exp/r$r")
+  [[ $sync == sync ]] && cmd+=(--sync-timing)
+  [[ -n $iterations ]] && cmd+=(--num-iterations "$iterations")
+  cmd+=("${extra[@]}")
+  if ((dry_run)); then printf '[%s r%s]' "$exp" "$r"; printf ' %q' "${cmd[@]}"; echo; continue; fi
+  slot="$out/$exp/r$r"
+  if ((resume)) && compgen -G "$slot/${env}__${variant}__${model}__s${r}__*/summary.json" >/dev/null; then
+    skipped=$((skipped + 1)); continue
+  fi
+  mkdir -p "$slot/logs"
+  log="$slot/logs/${env}__${variant}__${model}__s${r}.log"
+  echo "[$((i + 1))/${#plan[@]}] $exp r$r $env $variant $model"
+  cache=$(mktemp -d)  # an empty inductor cache: torch.compile pays its whole compile time
+  ((warm_cache)) && cache_env=() || cache_env=(TORCHINDUCTOR_CACHE_DIR="$cache")
+  set +e
+  env "${cache_env[@]}" "${cmd[@]}" >"$log" 2>&1
+  code=$?
+  set -e
+  rm -rf "$cache"
+  if ((interrupted)); then
+    echo "interrupted during $exp r$r $env $variant $model: its run directory has no summary.json" >&2
+    break
+  fi
+  if ((code == 0)); then
+    ran=$((ran + 1))
+  else
+    failed=$((failed + 1))
+    { echo "=== $(date -Is) exit $code: ${cmd[*]}"; echo "log: $log"; tail -n 20 "$log"; echo; } >>"$failures"
+    echo "  failed (exit $code), see $failures" >&2
+  fi
+done
+
+if ((dry_run)); then echo "$planned planned runs (dry run: nothing executed)"; exit 0; fi
+echo "bench.sh: $ran ran, $skipped skipped, $failed failed of $planned planned (shard $shard_i/$shard_n)"
+((interrupted)) && exit 130
+if [[ $preset == quick && $failed -eq 0 && -f analyze.py ]]; then
+  $PYTHON analyze.py "$out" --out "${QUICK_RESULTS:-$out/results}"
+fi
+((failed == 0)) || exit 1

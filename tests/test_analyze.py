@@ -1,0 +1,174 @@
+"""analyze.py on event files the tests write themselves (known durations, so the expected
+speedups are worked out by hand), on broken runs, and on real tiny runs of the scripts."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT, TINY, load
+
+SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",
+                 "time/rollout_mean_8_end", "time/update_mean_8_end")
+
+
+def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0):
+    """A run directory as the scripts write it, with the given durations."""
+    from tensorboard.summary import Writer
+
+    run_dir = root / f"{env_id}__{variant}__{model}__s{seed}__{1_000_000 + seed}"
+    run_dir.mkdir(parents=True)
+    info = {"args": {"env_id": env_id, "model": model, "seed": seed, "sync_timing": synced},
+            "variant": variant, "versions": {"python": "3.11", "jax": "0.10.2"}, "device": "cpu",
+            "cpu": "Test CPU", "start_time": 1000.0}
+    (run_dir / "run.json").write_text(json.dumps(info))
+    summary = {k: None for k in SUMMARY_TIMES} | {
+        "time/total": total, "charts/episodic_return_final": final_return, "memory/peak_rss_mb": 1.0,
+        "memory/peak_device_mb": None, "variant": variant, "env_id": env_id, "model": model, "seed": seed,
+        "num_iterations": len(iterations)}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    writer = Writer(str(run_dir))
+    for i, seconds in enumerate(iterations):
+        step = (i + 1) * 8192
+        writer.add_scalar("time/iteration", seconds, step, wall_time=1000.0 + sum(iterations[: i + 1]))
+        writer.add_scalar("charts/episodic_return", final_return * (i + 1) / len(iterations), step,
+                          wall_time=1000.0 + sum(iterations[: i + 1]))
+        if synced:
+            writer.add_scalar("time/rollout", seconds / 4, step)
+            writer.add_scalar("time/update", seconds * 3 / 4, step)
+    writer.close()
+    return run_dir
+
+
+ITERATIONS = [5.0] + [1.0] * 7 + [0.5] * 4  # buckets: 5 (iteration 0), 1 (1..7), 0.5 (8..end)
+
+
+@pytest.fixture
+def synthetic(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, total in ((1, 10.0), (2, 20.0)):
+        fake_run(runs, "linen", "CartPole-v1", "small", seed, total, ITERATIONS)
+    for seed, total in ((1, 30.0), (2, 60.0)):
+        fake_run(runs, "torch", "CartPole-v1", "small", seed, total, [x * 2 for x in ITERATIONS])
+    fake_run(runs, "linen", "Acrobot-v1", "small", 1, 10.0, ITERATIONS)
+    fake_run(runs, "torch", "Acrobot-v1", "small", 1, 20.0, [x * 3 for x in ITERATIONS])
+    fake_run(runs, "linen", "Acrobot-v1", "small", 3, 1.0, ITERATIONS, synced=True)  # Experiment 2/3
+    out = tmp_path / "results"
+    out.mkdir()
+    # the x axis without measuring: CartPole steps twice as fast as Acrobot
+    (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Acrobot-v1": 2e-5}))
+    return runs, out
+
+
+def analyze(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "analyze.py"), *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_speedups_by_hand(synthetic):
+    runs_dir, _ = synthetic
+    a = load("analyze.py")
+    runs, skipped = a.find_runs([str(runs_dir)])
+    assert not skipped and len(runs) == 7
+    exp1 = [r for r in runs if not r.synced]
+    (row,) = a.speedup_table(exp1, a.total_time, [("torch", "linen")])
+    # CartPole: every repeat pair, 30/10, 30/20, 60/10, 60/20 = 3, 1.5, 6, 3; Acrobot: 20/10 = 2
+    assert row["ratios"] == 5 and row["envs"] == 2
+    assert row["geomean"] == pytest.approx((3 * 1.5 * 6 * 3 * 2) ** (1 / 5))
+    assert row["median"] == pytest.approx(3.0)
+    assert row["ci_low"] <= row["geomean"] <= row["ci_high"]
+    (steady,) = a.speedup_table(exp1, a.steady("time/iteration"), [("torch", "linen")])
+    # iterations 8..end: 1.0/0.5 for CartPole's four pairs and 1.5/0.5 for Acrobot
+    assert steady["geomean"] == pytest.approx((2 ** 4 * 3) ** (1 / 5))
+
+
+def test_overhead_buckets(synthetic):
+    a = load("analyze.py")
+    runs, _ = a.find_runs([str(synthetic[0])])
+    linen = next(r for r in runs if r.variant == "linen" and not r.synced)
+    assert a.iteration_buckets(linen) == pytest.approx((5.0, 1.0, 0.5))
+
+
+def test_report_written(synthetic):
+    runs_dir, out = synthetic
+    before = {p: p.read_bytes() for p in runs_dir.rglob("*") if p.is_file()}
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "| torch → linen | small | 2.77x |" in report
+    assert "| linen | small | 3 | 5 | 1 | 0.5 |" in report  # overhead buckets, 3 runs
+    assert "Test CPU" in report and "jax 0.10.2" in report
+    for chart in ("exp1_durations", "exp1_speedups", "exp1_overhead", "exp1_steady_speedups",
+                  "exp2_rollout_update", "exp3_compile_modes", "learning_curves", "learning_curves_time"):
+        png = out / f"{chart}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", chart
+        assert f"({chart}.png)" in report
+    assert "Speedup of total run time" in proc.stderr  # the same tables on the console
+    after = {p: p.read_bytes() for p in runs_dir.rglob("*") if p.is_file()}
+    assert before == after, "analyze.py changed a run directory"
+
+
+def test_broken_runs_reported_and_skipped(synthetic):
+    runs_dir, out = synthetic
+    partial = fake_run(runs_dir, "linen", "CartPole-v1", "small", 7, 10.0, ITERATIONS)
+    (partial / "summary.json").unlink()
+    empty = fake_run(runs_dir, "linen", "CartPole-v1", "small", 8, 10.0, ITERATIONS)
+    for f in empty.glob("*tfevents*"):
+        f.unlink()
+    corrupt = fake_run(runs_dir, "linen", "CartPole-v1", "small", 9, 10.0, ITERATIONS)
+    (corrupt / "run.json").write_text("{not json")
+    damaged = fake_run(runs_dir, "linen", "CartPole-v1", "small", 10, 10.0, ITERATIONS)
+    next(damaged.glob("*tfevents*")).write_bytes(b"\x00garbage" * 64)
+    (runs_dir / "not_a_run").mkdir()
+    (runs_dir / "not_a_run" / "notes.txt").write_text("ignored")
+
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "skipped" in line]
+    for run_dir, why in ((partial, "partial"), (empty, "empty"), (corrupt, "corrupt"), (damaged, "")):
+        assert any(run_dir.name in w and why in w for w in warnings), (run_dir.name, warnings)
+    assert not any("not_a_run" in w for w in warnings)
+    assert len(warnings) == 4
+    report = (out / "REPORT.md").read_text()
+    assert "7 runs read" in report and "4 skipped" in report
+
+
+def test_no_runs_is_an_error(tmp_path):
+    proc = analyze(tmp_path, "--out", tmp_path / "results")
+    assert proc.returncode == 1 and "no complete run" in proc.stderr
+
+
+def test_bootstrap_interval_narrows_with_agreement():
+    a = load("analyze.py")
+    agree = [np.full(4, 2.0) for _ in range(6)]
+    assert a.bootstrap_geomean_ci(agree) == pytest.approx((2.0, 2.0))
+    spread = [np.full(4, x) for x in (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)]
+    low, high = a.bootstrap_geomean_ci(spread)
+    assert low < a.geomean(np.concatenate(spread)) < high and high / low > 2
+    assert all(math.isnan(x) for x in a.bootstrap_geomean_ci([np.array([2.0])]))
+
+
+def test_envtime_measures_and_caches(tmp_path):
+    proc = analyze("envtime", "--out", tmp_path, "--envs", "CartPole-v1", "Breakout-MinAtar", "--steps", "200")
+    assert proc.returncode == 0, proc.stderr
+    times = json.loads((tmp_path / "envtime.json").read_text())
+    assert set(times) == {"CartPole-v1", "Breakout-MinAtar"} and all(t > 0 for t in times.values())
+    assert times["Breakout-MinAtar"] > times["CartPole-v1"]  # a 10x10 grid game steps slower than 4 floats
+
+
+def test_pipeline_on_real_tiny_runs(tmp_path):
+    """bench.sh runs two scripts for real; analyze.py turns their logs into the report."""
+    runs_dir = tmp_path / "runs"
+    bench = subprocess.run(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
+                            "linen,torch", "--out", str(runs_dir), "--", *TINY], cwd=ROOT, capture_output=True,
+                           text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    proc = analyze(runs_dir, "--out", tmp_path / "results")
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "results" / "REPORT.md").read_text()
+    assert "2 runs read" in report and "| torch → linen | small |" in report
+    assert (tmp_path / "results" / "exp2_rollout_update.png").exists()
+    assert not (tmp_path / "results" / "exp3_compile_modes.png").exists()  # Experiment 3 is Acrobot-v1

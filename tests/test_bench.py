@@ -1,0 +1,131 @@
+"""bench.sh: the schedule it plans, its filters and shards, resume, failures and Ctrl-C."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+from helpers import ROOT, TINY
+
+
+def bench(*args, python=sys.executable, timeout=900, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "bench.sh"), *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHON": str(python)}, **popen)
+
+
+def planned(*args) -> list[str]:
+    args = list(args)
+    cut = args.index("--") if "--" in args else len(args)  # --dry-run is bench.sh's, not the scripts'
+    proc = bench(*args[:cut], "--dry-run", *args[cut:])
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert proc.stdout.splitlines()[-1] == f"{len(lines)} planned runs (dry run: nothing executed)"
+    return lines
+
+
+def per_experiment(lines) -> Counter:
+    return Counter(line[1:line.index(" ")] for line in lines)
+
+
+def test_full_schedule():
+    lines = planned("sweep")
+    # warm-up: a run per framework; exp1: 12 envs x 6 variants x 3 sizes; exp2: 12 envs x 10 modes;
+    # exp3: Acrobot x 10 modes x 3 sizes -- the seed's 231 runs per repeat, with our variants added
+    assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30}
+    assert all("--sync-timing" in line for line in lines if line.startswith(("[exp2", "[exp3")))
+    assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
+    assert len(set(lines)) == len(lines)
+    assert "python ppo_torch.py --no-jit-env --env-id Freeway-MinAtar --model small --seed 1 " \
+           "--log-dir runs/exp2/r1 --sync-timing" in "\n".join(lines)
+
+
+def test_repeats_use_their_own_seed():
+    lines = planned("exp3", "--repeats", "2")
+    assert len(lines) == 60
+    assert sum("--seed 2 --log-dir runs/exp3/r2" in line for line in lines) == 30
+
+
+def test_filters():
+    assert per_experiment(planned("sweep", "--envs", "CartPole-v1,Acrobot-v1", "--models", "small")) == \
+        {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10}
+    lines = planned("exp2", "--variants", "linen,torch_compile")
+    assert len(lines) == 24 and all("ppo_linen.py" in x or "ppo_torch_compile.py" in x for x in lines)
+    assert len(planned("exp1", "--envs", "extra", "--models", "large")) == 7 * 6
+    assert per_experiment(planned("sweep", "--experiments", "exp3")) == {"exp3": 30}
+    assert all(x.endswith("--num-iterations 7 --num-envs 8") for x in planned("exp3", "--iterations", "7", "--",
+                                                                            "--num-envs", "8"))
+
+
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_shards_partition_the_schedule(n):
+    full = planned("sweep", "--repeats", "2")
+    shards = [planned("sweep", "--repeats", "2", "--shard", f"{i}/{n}") for i in range(n)]
+    assert sorted(sum(shards, [])) == sorted(full)  # every run in exactly one shard
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shard", "3/3"], "--shard"), (["--repeats", "0"], "--repeats"), (["--variants", "jaxx"], "unknown variant"),
+    (["--models", "tiny"], "unknown model"), (["nope"], "unknown preset"), (["--bogus"], "unknown option"),
+    (["exp1", "--experiments", "exp2"], "not part of preset"),
+])
+def test_bad_options(args, message):
+    proc = bench(*args, "--dry-run")
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def run_dirs(slot, variant):
+    return sorted(slot.glob(f"CartPole-v1__{variant}__small__s1__*"))
+
+
+def test_failure_logged_then_resume(tmp_path):
+    out, slot = tmp_path / "runs", tmp_path / "runs" / "exp2" / "r1"
+    failing = tmp_path / "python"  # fails for Equinox, runs everything else for real
+    failing.write_text(f'#!/bin/bash\nif [[ "$*" == *ppo_equinox.py* ]]; then echo boom >&2; exit 3; fi\n'
+                       f'exec {sys.executable} "$@"\n')
+    failing.chmod(0o755)
+    first = bench("exp2", "--envs", "CartPole-v1", "--variants", "equinox,linen", "--out", out, "--", *TINY,
+                  python=failing)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "1 ran, 0 skipped, 1 failed of 2 planned" in first.stdout
+    log = (out / "failures.log").read_text()
+    assert "exit 3" in log and "ppo_equinox.py --env-id CartPole-v1" in log and "boom" in log
+    (linen,) = run_dirs(slot, "linen")
+    assert (linen / "summary.json").exists()  # the failure did not stop the sweep
+
+    half = slot / "CartPole-v1__equinox__small__s1__1"  # an interrupted run: no summary.json
+    half.mkdir()
+    (half / "run.json").write_text("{}")
+    second = bench("exp2", "--envs", "CartPole-v1", "--variants", "equinox,linen", "--out", out, "--resume",
+                   "--", *TINY)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "1 ran, 1 skipped, 0 failed of 2 planned" in second.stdout
+    assert run_dirs(slot, "linen") == [linen]  # finished: not run again
+    equinox = run_dirs(slot, "equinox")
+    assert len(equinox) == 2 and half in equinox  # rerun in a new directory; the old one untouched
+    assert [p.name for p in half.iterdir()] == ["run.json"]
+    assert (next(p for p in equinox if p != half) / "summary.json").exists()
+
+
+def test_ctrl_c_stops_the_sweep(tmp_path):
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
+                             "linen,torch", "--out", str(out), "--iterations", "100000"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHON": sys.executable})
+    slot = out / "exp2" / "r1"
+    deadline = time.time() + 300
+    while not any(slot.glob("*__linen__*/*tfevents*")) and time.time() < deadline:
+        time.sleep(1)
+    time.sleep(3)  # training has started
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted" in stderr and re.search(r"0 ran, 0 skipped, 0 failed of 2 planned", stdout)
+    (linen,) = run_dirs(slot, "linen")
+    assert not (linen / "summary.json").exists() and (linen / "run.json").exists()
+    assert not run_dirs(slot, "torch"), "the sweep went on after Ctrl-C"
