@@ -6,7 +6,7 @@ update are one jax.jit call each per iteration. The Gymnax environment is JAX
 too, so the whole iteration runs on the device.
 
     python ppo_linen.py --env-id Acrobot-v1 --model large
-    python ppo_linen.py --no-jit          # the same functions, run op by op
+    python ppo_linen.py --no-jit          # the same functions without the top-level jit
 """
 
 # %% imports
@@ -83,7 +83,7 @@ class Args:
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit: bool = True
-    """wrap rollout and update in jax.jit (--no-jit runs them op by op)"""
+    """wrap rollout and update in jax.jit (--no-jit: the seed's "none", each lax.scan compiles per call)"""
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}

@@ -6,7 +6,7 @@ DLPack, never through the host. Nothing in the rollout or the update reads a
 tensor on the host: one fetch per iteration, for logging.
 
     python ppo_torch.py --env-id Acrobot-v1 --model large
-    python ppo_torch.py --no-jit-env      # the environment op by op too
+    python ppo_torch.py --no-jit-env      # the environment without our jax.jit
 """
 
 # %% imports
@@ -83,7 +83,7 @@ class Args:
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit_env: bool = True
-    """wrap the environment's step in jax.jit (--no-jit-env runs it op by op)"""
+    """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, the seed's "none")"""
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}

@@ -85,7 +85,7 @@ class Args:
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit_env: bool = True
-    """wrap the environment's step in jax.jit (--no-jit-env runs it op by op)"""
+    """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, the seed's "none")"""
     compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune", "none"] = "auto"
     """torch.compile mode: auto is reduce-overhead (CUDA graphs) on CUDA and default on CPU; none is eager"""
 
