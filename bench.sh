@@ -9,7 +9,8 @@ Usage: bash bench.sh [PRESET] [OPTIONS] [-- SCRIPT ARGS...]
 
 Presets (default: sweep)
   sweep        warm-up, then Experiments 1, 2 and 3: the seed's whole schedule with our variants
-  quick        2 envs, every variant, small model, 12 iterations; then analyze.py (minutes on a CPU)
+  quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 on CartPole-v1 with every variant, small
+               model, 10 iterations (21 runs, about 6 minutes on 2 CPU cores); then analyze.py
   warmup|exp1|exp2|exp3
                one part of the schedule alone
     warmup  Acrobot-v1, small, one fully compiled run per framework (not analysed)
@@ -107,10 +108,9 @@ done
 shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
 ((shard_i < shard_n)) || die "--shard must be I/N with 0 <= I < N, got '$shard'"
 
-quick_envs=(CartPole-v1 Acrobot-v1)
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3) ;;
-  quick) experiments=(exp1 exp2); [[ -n $iterations ]] || iterations=12 ;;
+  quick) experiments=(exp1 exp2); [[ -n $iterations ]] || iterations=10 ;;
   warmup|exp1|exp2|exp3) experiments=("$preset") ;;
   *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2 or exp3" ;;
 esac
@@ -158,14 +158,17 @@ add() {  # experiment sync envs... -- variants... -- models...
     done; done; done
   done
 }
-all_envs=("${SEED_ENVS[@]}"); [[ $preset == quick ]] && all_envs=("${quick_envs[@]}")
+exp1_envs=("${SEED_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("${SEED_ENVS[@]}") modes=("${COMPILE_MODES[@]}")
+if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
+  exp1_envs=(CartPole-v1 Acrobot-v1) exp1_models=(small) exp2_envs=(CartPole-v1)
+  modes=(linen-nojit linen nnx-nojit nnx nnx_cached equinox torch-nojitenv torch torch_compile)
+fi
 for exp in "${experiments[@]}"; do
   case $exp in
     warmup) add warmup async Acrobot-v1 -- "${FRAMEWORKS[@]}" -- small ;;
-    exp1) if [[ $preset == quick ]]; then add exp1 async "${all_envs[@]}" -- "${AS_MEANT[@]}" -- small
-          else add exp1 async "${all_envs[@]}" -- "${AS_MEANT[@]}" -- "${MODELS[@]}"; fi ;;
-    exp2) add exp2 sync "${all_envs[@]}" -- "${COMPILE_MODES[@]}" -- small ;;
-    exp3) add exp3 sync Acrobot-v1 -- "${COMPILE_MODES[@]}" -- "${MODELS[@]}" ;;
+    exp1) add exp1 async "${exp1_envs[@]}" -- "${AS_MEANT[@]}" -- "${exp1_models[@]}" ;;
+    exp2) add exp2 sync "${exp2_envs[@]}" -- "${modes[@]}" -- small ;;
+    exp3) add exp3 sync Acrobot-v1 -- "${modes[@]}" -- "${MODELS[@]}" ;;
   esac
 done
 
