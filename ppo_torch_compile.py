@@ -417,7 +417,7 @@ def torch_device() -> torch.device:
 
 
 def peak_device_mb():
-    return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+    return torch.cuda.max_memory_allocated() / 2**20 if torch_device().type == "cuda" else None
 
 
 class RunLog:
