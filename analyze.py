@@ -448,6 +448,83 @@ def pairs_for(variants: set[str]) -> list[tuple[str, str]]:
     return pairs + [(a, b) for a, b in PAIRS_EXTRA if a in variants and b in variants and (a, b) not in pairs]
 
 
+def exp1_section(exp1: list[Run], cx: dict, out: Path, md: list[str]) -> list[str]:
+    md += ["## Experiment 1: total duration (async timing)", ""]
+    pairs = pairs_for({r.variant for r in exp1})
+    plot_durations(exp1, cx, out / "exp1_durations.png")
+    plot_speedups(exp1, pairs, total_time, "Speedup of total run time (all repeat pairs, all envs)",
+                  out / "exp1_speedups.png")
+    emit("Speedup of total run time", SPEEDUP_HEADER, speedup_rows(speedup_table(exp1, total_time, pairs)), md)
+    plot_overhead(exp1, out / "exp1_overhead.png")
+    rows = []
+    for v in variant_order({r.variant for r in exp1}):
+        for model in MODELS:
+            buckets = [iteration_buckets(r) for r in exp1 if r.variant == v and r.model == model]
+            if buckets:
+                rows.append([v, model, len(buckets), *(float(np.nanmean(col)) for col in zip(*buckets))])
+    emit("Overhead: mean seconds per iteration by bucket",
+         ["variant", "model", "runs", "iteration 0", "iterations 1..7", "iterations 8..end"], rows, md)
+    plot_speedups(exp1, pairs, steady("time/iteration"), "Steady-state speedup (iterations 8..end)",
+                  out / "exp1_steady_speedups.png")
+    emit("Steady-state speedup (mean iteration time of iterations 8..end)", SPEEDUP_HEADER,
+         speedup_rows(speedup_table(exp1, steady("time/iteration"), pairs)), md)
+    return ["exp1_durations.png", "exp1_speedups.png", "exp1_overhead.png", "exp1_steady_speedups.png"]
+
+
+def exp2_section(exp2: list[Run], cx: dict, out: Path, md: list[str]) -> list[str]:
+    md += ["## Experiment 2: rollout and update (synced, small model)", ""]
+    plot_rollout_update(exp2, lambda r: cx[r.env_id], "env complexity",
+                        "Experiment 2: rollout and update durations by env", out / "exp2_rollout_update.png")
+    rows = []
+    for v in variant_order({r.variant for r in exp2}):
+        sel = [r for r in exp2 if r.variant == v]
+        rollout = [x for x in map(steady("time/rollout"), sel) if x]
+        update = [x for x in map(steady("time/update"), sel) if x]
+        rows.append([v, len(sel), geomean(rollout) if rollout else None, geomean(update) if update else None])
+    emit("Synced rollout and update: geometric mean over envs of seconds per iteration (8..end)",
+         ["variant", "runs", "rollout", "update"], rows, md)
+    pairs = pairs_for({r.variant for r in exp2})
+    for tag in ("time/rollout", "time/update"):
+        emit(f"Speedup of {tag[5:]} (synced, small model)", SPEEDUP_HEADER,
+             speedup_rows(speedup_table(exp2, steady(tag), pairs)), md)
+    return ["exp2_rollout_update.png"]
+
+
+def exp3_section(exp3: list[Run], out: Path, md: list[str]) -> list[str]:
+    md += ["## Experiment 3: compile modes (Acrobot-v1, synced)", ""]
+    size = {m: i for i, m in enumerate(MODELS)}
+    plot_rollout_update(exp3, lambda r: size[r.model], "model size (0 small, 1 medium, 2 large)",
+                        "Experiment 3: compile modes by model size (Acrobot-v1)", out / "exp3_compile_modes.png",
+                        xlog=False)
+    rows = []
+    for v in variant_order({r.variant for r in exp3}):
+        for model in MODELS:
+            sel = [r for r in exp3 if r.variant == v and r.model == model]
+            if sel:
+                mean = lambda tag: float(np.mean([steady(tag)(r) or math.nan for r in sel]))
+                rows.append([v, model, len(sel), mean("time/rollout"), mean("time/update")])
+    emit("Compile modes: seconds per rollout and update (8..end, Acrobot-v1)",
+         ["variant", "model", "runs", "rollout", "update"], rows, md)
+    return ["exp3_compile_modes.png"]
+
+
+def learning_section(small: list[Run], out: Path, md: list[str]) -> list[str]:
+    plot_learning_curves(small, out / "learning_curves.png", "steps")
+    plot_learning_curves(small, out / "learning_curves_time.png", "wall time")
+    md += ["## Learning parity", "",
+           "Mean return of the episodes that ended in the last 10 iterations: the variants should learn alike.", ""]
+    rows = []
+    for env in sorted({r.env_id for r in small}):
+        for v in variant_order({r.variant for r in small if r.env_id == env}):
+            finals = [r.summary.get("charts/episodic_return_final") for r in small if r.env_id == env and r.variant == v]
+            finals = [f for f in finals if f is not None]
+            if finals:
+                rows.append([env, v, len(finals), float(np.mean(finals)),
+                             float(np.std(finals)) if len(finals) > 1 else None])
+    emit("Final return (small model)", ["env", "variant", "runs", "mean", "std"], rows, md)
+    return ["learning_curves.png", "learning_curves_time.png"]
+
+
 def report(args: Report) -> int:
     import matplotlib
 
@@ -460,92 +537,23 @@ def report(args: Report) -> int:
         console.print("[red]error[/]: no complete run found in " + ", ".join(args.runs))
         return 1
     out.mkdir(parents=True, exist_ok=True)
-    cx = complexity(env_times(out, sorted({r.env_id for r in runs})))
+    times = env_times(out, sorted({r.env_id for r in runs}))
+    cx = complexity(times)
     md = ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.", ""]
     md += hardware_section(runs)
     md += ["## Environment complexity", "", "| env | step time of 32 envs (µs) | relative |", "|---|---|---|"]
-    md += [f"| {e} | {t * 1e6:.1f} | {cx[e]:.2f} |" for e, t in sorted(env_times(out, list(cx)).items(), key=lambda kv: kv[1])]
-    md.append("")
+    md += [f"| {e} | {t * 1e6:.1f} | {cx[e]:.2f} |" for e, t in sorted(times.items(), key=lambda kv: kv[1])] + [""]
+
     charts = []
-
-    exp1 = [r for r in runs if not r.synced]
-    if exp1:
-        md += ["## Experiment 1: total duration (async timing)", ""]
-        plot_durations(exp1, cx, out / "exp1_durations.png")
-        pairs = pairs_for({r.variant for r in exp1})
-        plot_speedups(exp1, pairs, total_time, "Speedup of total run time (all repeat pairs, all envs)",
-                      out / "exp1_speedups.png")
-        emit("Speedup of total run time", SPEEDUP_HEADER, speedup_rows(speedup_table(exp1, total_time, pairs)), md)
-        plot_overhead(exp1, out / "exp1_overhead.png")
-        overhead = []
-        for v in variant_order({r.variant for r in exp1}):
-            for model in MODELS:
-                b = [iteration_buckets(r) for r in exp1 if r.variant == v and r.model == model]
-                if b:
-                    overhead.append([v, model, len(b), *(float(np.nanmean(col)) for col in zip(*b))])
-        emit("Overhead: mean seconds per iteration by bucket", ["variant", "model", "runs", "iteration 0",
-             "iterations 1..7", "iterations 8..end"], overhead, md)
-        plot_speedups(exp1, pairs, steady("time/iteration"), "Steady-state speedup (iterations 8..end)",
-                      out / "exp1_steady_speedups.png")
-        emit("Steady-state speedup (mean iteration time of iterations 8..end)", SPEEDUP_HEADER,
-             speedup_rows(speedup_table(exp1, steady("time/iteration"), pairs)), md)
-        charts += ["exp1_durations.png", "exp1_speedups.png", "exp1_overhead.png", "exp1_steady_speedups.png"]
-
     synced = [r for r in runs if r.synced]
-    exp2 = [r for r in synced if r.model == "small"]
-    if exp2:
-        md += ["## Experiment 2: rollout and update (synced, small model)", ""]
-        plot_rollout_update(exp2, lambda r: cx[r.env_id], "env complexity",
-                            "Experiment 2: rollout and update durations by env", out / "exp2_rollout_update.png")
-        rows = []
-        for v in variant_order({r.variant for r in exp2}):
-            sel = [r for r in exp2 if r.variant == v]
-            ro = [x for x in map(steady("time/rollout"), sel) if x]
-            up = [x for x in map(steady("time/update"), sel) if x]
-            rows.append([v, len(sel), geomean(ro) if ro else None, geomean(up) if up else None])
-        emit("Synced rollout and update: geometric mean over envs of seconds per iteration (8..end)",
-             ["variant", "runs", "rollout", "update"], rows, md)
-        pairs = pairs_for({r.variant for r in exp2})
-        for tag in ("time/rollout", "time/update"):
-            emit(f"Speedup of {tag[5:]} (synced, small model)", SPEEDUP_HEADER,
-                 speedup_rows(speedup_table(exp2, steady(tag), pairs)), md)
-        charts.append("exp2_rollout_update.png")
-
-    exp3 = [r for r in synced if r.env_id == "Acrobot-v1"]
-    if exp3:
-        md += ["## Experiment 3: compile modes (Acrobot-v1, synced)", ""]
-        size = {m: i for i, m in enumerate(MODELS)}
-        plot_rollout_update(exp3, lambda r: size[r.model], "model size (0 small, 1 medium, 2 large)",
-                            "Experiment 3: compile modes by model size (Acrobot-v1)", out / "exp3_compile_modes.png",
-                            xlog=False)
-        rows = []
-        for v in variant_order({r.variant for r in exp3}):
-            for model in MODELS:
-                sel = [r for r in exp3 if r.variant == v and r.model == model]
-                if sel:
-                    rows.append([v, model, len(sel), float(np.mean([steady("time/rollout")(r) or math.nan for r in sel])),
-                                 float(np.mean([steady("time/update")(r) or math.nan for r in sel]))])
-        emit("Compile modes: seconds per rollout and update (8..end, Acrobot-v1)",
-             ["variant", "model", "runs", "rollout", "update"], rows, md)
-        charts.append("exp3_compile_modes.png")
-
-    small = [r for r in runs if r.model == "small"]
-    if small:
-        plot_learning_curves(small, out / "learning_curves.png", "steps")
-        plot_learning_curves(small, out / "learning_curves_time.png", "wall time")
-        charts += ["learning_curves.png", "learning_curves_time.png"]
-        md += ["## Learning parity", "",
-               "Mean return of the episodes that ended in the last 10 iterations: the variants should learn alike.", ""]
-        rows = []
-        for env in sorted({r.env_id for r in small}):
-            for v in variant_order({r.variant for r in small if r.env_id == env}):
-                finals = [r.summary.get("charts/episodic_return_final") for r in small
-                          if r.env_id == env and r.variant == v]
-                finals = [f for f in finals if f is not None]
-                if finals:
-                    rows.append([env, v, len(finals), float(np.mean(finals)),
-                                 float(np.std(finals)) if len(finals) > 1 else None])
-        emit("Final return (small model)", ["env", "variant", "runs", "mean", "std"], rows, md)
+    if exp1 := [r for r in runs if not r.synced]:
+        charts += exp1_section(exp1, cx, out, md)
+    if exp2 := [r for r in synced if r.model == "small"]:
+        charts += exp2_section(exp2, cx, out, md)
+    if exp3 := [r for r in synced if r.env_id == "Acrobot-v1"]:
+        charts += exp3_section(exp3, out, md)
+    if small := [r for r in runs if r.model == "small"]:
+        charts += learning_section(small, out, md)
 
     md += ["## Charts", ""] + [f"![{c}]({c})" for c in charts] + [""]
     if skipped:
