@@ -168,17 +168,19 @@ def measure_env_step(env_id: str, num_envs: int, steps: int) -> float:
             state, total = carry
             act_key, step_key = jax.random.split(key)
             action = jax.random.randint(act_key, (num_envs,), 0, n)
-            _, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            obs, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
                 jax.random.split(step_key, num_envs), state, action, params)
-            return (state, total + reward.sum()), None
+            return (state, total + reward.sum() + obs.sum()), None
 
-        return jax.lax.scan(step, (state, 0.0), jax.random.split(key, steps))[0][1]
+        # Everything the step computes reaches the output: otherwise XLA drops what it can
+        # (MountainCar's reward is a constant -1, and its whole physics was dead code).
+        return jax.lax.scan(step, (state, 0.0), jax.random.split(key, steps))[0]
 
-    run(jax.random.key(0)).block_until_ready()
+    jax.block_until_ready(run(jax.random.key(0)))
     best = math.inf
     for i in range(5):
         start = time.perf_counter()
-        run(jax.random.key(i + 1)).block_until_ready()
+        jax.block_until_ready(run(jax.random.key(i + 1)))
         best = min(best, time.perf_counter() - start)
     return best / steps
 
