@@ -177,11 +177,21 @@ mkdir -p "$out"
 failures="$out/failures.log"
 ran=0 skipped=0 failed=0 interrupted=0
 planned=0; for i in "${!plan[@]}"; do ((i % shard_n == shard_i)) && planned=$((planned + 1)); done
-# Ctrl-C reaches the run in the foreground too: it closes its logs and exits, then the sweep stops
+# Ctrl-C reaches the run too (it is in our process group): it closes its logs and exits, then
+# the sweep stops. A run still alive after that (an interrupt lost inside a library while it
+# compiles) is interrupted again, then terminated, then killed: a sweep never leaves one behind.
 trap 'interrupted=1' INT TERM
+stop_run() {
+  local signal
+  for signal in INT TERM KILL; do
+    for _ in {1..20}; do kill -0 "$1" 2>/dev/null || return 0; sleep 0.5; done
+    kill -"$signal" "$1" 2>/dev/null || true
+  done
+}
 
 for i in "${!plan[@]}"; do
   ((i % shard_n == shard_i)) || continue
+  ((interrupted)) && break
   read -r exp r env variant model sync <<<"${plan[$i]}"
   read -ra script <<<"$(variant_command "$variant")"
   cmd=("$PYTHON" "${script[@]}" --env-id "$env" --model "$model" --seed "$r" --log-dir "$out/$exp/r$r")
@@ -199,8 +209,12 @@ for i in "${!plan[@]}"; do
   cache=$(mktemp -d)  # an empty inductor cache: torch.compile pays its whole compile time
   ((warm_cache)) && cache_env=() || cache_env=(TORCHINDUCTOR_CACHE_DIR="$cache")
   set +e
-  env "${cache_env[@]}" "${cmd[@]}" >"$log" 2>&1
+  # In the background, so that the trap runs at once rather than when the run exits; a
+  # background job ignores SIGINT unless it restores it, as this subshell does.
+  ( trap - INT TERM; exec env "${cache_env[@]}" "${cmd[@]}" ) >"$log" 2>&1 &
+  wait $!
   code=$?
+  ((interrupted)) && stop_run $! && wait $! 2>/dev/null
   set -e
   rm -rf "$cache"
   if ((interrupted)); then

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, TINY
@@ -129,3 +130,38 @@ def test_ctrl_c_stops_the_sweep(tmp_path):
     (linen,) = run_dirs(slot, "linen")
     assert not (linen / "summary.json").exists() and (linen / "run.json").exists()
     assert not run_dirs(slot, "torch"), "the sweep went on after Ctrl-C"
+    assert not processes_mentioning(out), "a run outlived the sweep"
+
+
+def processes_mentioning(text) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # the process ended meanwhile
+            continue
+        if str(text) in args:
+            found.append(args)
+    return found
+
+
+def test_ctrl_c_ends_a_run_that_ignores_it(tmp_path):
+    """A run that loses the interrupt (it happened once inside JAX's compiler, and the sweep
+    hung with the run training on) is interrupted again, then terminated."""
+    stubborn = tmp_path / "python"
+    stubborn.write_text("#!/bin/bash\ntrap '' INT\necho started\nwhile true; do sleep 1; done\n")
+    stubborn.chmod(0o755)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
+                             "linen,torch", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHON": str(stubborn)})
+    log = out / "exp2" / "r1" / "logs" / "CartPole-v1__linen__small__s1.log"
+    deadline = time.time() + 60
+    while not (log.exists() and "started" in log.read_text()) and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert "0 ran, 0 skipped, 0 failed of 2 planned" in stdout
+    assert not processes_mentioning(out), "a run outlived the sweep"
