@@ -178,8 +178,8 @@ failures="$out/failures.log"
 ran=0 skipped=0 failed=0 interrupted=0
 planned=0; for i in "${!plan[@]}"; do ((i % shard_n == shard_i)) && planned=$((planned + 1)); done
 # Ctrl-C reaches the run too (it is in our process group): it closes its logs and exits, then
-# the sweep stops. A run still alive after that (an interrupt lost inside a library while it
-# compiles) is interrupted again, then terminated, then killed: a sweep never leaves one behind.
+# the sweep stops. A run still alive after that (one that ignores SIGINT) is interrupted
+# again, then terminated, then killed: a sweep never leaves one behind.
 trap 'interrupted=1' INT TERM
 stop_run() {
   local signal

@@ -112,11 +112,18 @@ def test_failure_logged_then_resume(tmp_path):
     assert (next(p for p in equinox if p != half) / "summary.json").exists()
 
 
+def sigint_default():
+    """A sweep started in a terminal: SIGINT at its default, even where this test inherited it
+    ignored (a background job of a non-interactive shell), which no trap could undo."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_sweep(tmp_path):
     out = tmp_path / "runs"
     proc = subprocess.Popen(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
                              "linen,torch", "--out", str(out), "--iterations", "100000"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=sigint_default,
                             env={**os.environ, "PYTHON": sys.executable})
     slot = out / "exp2" / "r1"
     deadline = time.time() + 300
@@ -146,15 +153,15 @@ def processes_mentioning(text) -> list[str]:
 
 
 def test_ctrl_c_ends_a_run_that_ignores_it(tmp_path):
-    """A run that loses the interrupt (it happened once inside JAX's compiler, and the sweep
-    hung with the run training on) is interrupted again, then terminated."""
+    """A run that ignores SIGINT (a wrapper that does, or a run started with it ignored) is
+    interrupted again, then terminated: the sweep neither hangs nor leaves it running."""
     stubborn = tmp_path / "python"
     stubborn.write_text("#!/bin/bash\ntrap '' INT\necho started\nwhile true; do sleep 1; done\n")
     stubborn.chmod(0o755)
     out = tmp_path / "runs"
     proc = subprocess.Popen(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
                              "linen,torch", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=sigint_default,
                             env={**os.environ, "PYTHON": str(stubborn)})
     log = out / "exp2" / "r1" / "logs" / "CartPole-v1__linen__small__s1.log"
     deadline = time.time() + 60
