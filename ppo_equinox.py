@@ -17,6 +17,7 @@ import time
 START_TIME = time.time()  # before the heavy imports: time/startup counts them
 
 import json
+import math
 import os
 import platform
 import resource
@@ -81,6 +82,8 @@ class Args:
     """one seed drives init, environments, actions and shuffling"""
     sync_timing: bool = False
     """block around rollout and update to time them (time/rollout, time/update)"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit: bool = True
@@ -221,10 +224,10 @@ class ActorCritic(eqx.Module):
 def make_model(key, obs_dim, num_actions, args: Args):
     model = ActorCritic(obs_dim, MODELS[args.model], num_actions, key)
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
-    tx = optax.chain(
+    tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
         optax.clip_by_global_norm(args.max_grad_norm),
-        optax.adam(optax.linear_schedule(args.learning_rate, 0.0, total_steps),
-                   b1=args.adam_betas[0], b2=args.adam_betas[1], eps=args.adam_eps),
+        optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(args.learning_rate, 0.0, total_steps),
+                                             b1=args.adam_betas[0], b2=args.adam_betas[1], eps=args.adam_eps),
     )
     return model, tx, tx.init(eqx.filter(model, eqx.is_array))
 
@@ -331,8 +334,11 @@ def minibatch_step(carry, mb: Batch, tx, args: Args):
     return (eqx.apply_updates(model, updates), opt_state), stats
 
 
-def update(model: ActorCritic, opt_state, batch: Batch, iteration, shuffle_key, tx, args: Args):
-    """update_epochs epochs of num_minibatches shuffled minibatches, as nested lax.scans."""
+def update(batch: Batch, model: ActorCritic, opt_state, shuffle_key, tx, args: Args):
+    """update_epochs epochs of num_minibatches shuffled minibatches, as nested lax.scans.
+
+    The batch comes first: filter_jit donates every argument but the first.
+    """
     batch_size = args.num_envs * args.num_steps
 
     def epoch(carry, key):
@@ -340,10 +346,11 @@ def update(model: ActorCritic, opt_state, batch: Batch, iteration, shuffle_key, 
         shuffled = jax.tree.map(lambda x: x[perm].reshape(args.num_minibatches, -1, *x.shape[1:]), batch)
         return jax.lax.scan(partial(minibatch_step, tx=tx, args=args), carry, shuffled)
 
-    # a fresh shuffle key per update without a host round trip: fold in the iteration (traced)
-    keys = jax.random.split(jax.random.fold_in(shuffle_key, iteration), args.update_epochs)
+    # a fresh shuffle key per update without a host round trip: fold in the step count
+    keys = jax.random.split(jax.random.fold_in(shuffle_key, opt_state[1].count), args.update_epochs)
     (model, opt_state), stats = jax.lax.scan(epoch, (model, opt_state), keys)  # a model is a pytree
-    return model, opt_state, jax.tree.map(jnp.mean, stats)
+    learning_rate = opt_state[1].hyperparams["learning_rate"]  # what Adam used in the last step
+    return model, opt_state, {**jax.tree.map(jnp.mean, stats), "learning_rate": learning_rate}
 
 
 # %% training loop with logging
@@ -365,7 +372,7 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
-def make_run_dir(args: Args, variant: str, device: str) -> str:
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
     """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
     stamp = int(time.time() * 1000)
     while True:
@@ -375,7 +382,9 @@ def make_run_dir(args: Args, variant: str, device: str) -> str:
             break
         except FileExistsError:
             stamp += 1
-    info = {"args": asdict(args), "variant": variant, "versions": versions(),
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
             "device": device, "cpu": cpu_model(), "start_time": START_TIME}
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(info, f, indent=2)
@@ -410,8 +419,7 @@ class RunLog:
             write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
         sps = args.num_envs * args.num_steps / times["iteration"]
         write("charts/SPS", sps, step)
-        # the schedule's value at this iteration's first optimizer step
-        write("charts/learning_rate", args.learning_rate * (1 - iteration / args.num_iterations), step)
+        write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
         for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
             write(f"losses/{name}", stats[name], step)
         self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -447,14 +455,17 @@ class RunLog:
 
 
 def train(args: Args, env, env_params, log: RunLog):
-    key = jax.random.key(args.seed)
-    init_key, env_key, runner_key, shuffle_key = jax.random.split(key, 4)
-    obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
-    model, tx, opt_state = make_model(init_key, obs.shape[1], env.action_space(env_params).n, args)
-    runner = Runner(runner_key, env_state, obs)
+    @eqx.filter_jit  # reset and initial weights in one compiled call, not dozens of op-by-op compilations
+    def setup(seed):
+        init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
+        obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
+        model, tx, opt_state = make_model(init_key, obs.shape[1], env.action_space(env_params).n, args)
+        return model, tx, opt_state, Runner(runner_key, env_state, obs), shuffle_key
+
+    model, tx, opt_state, runner, shuffle_key = setup(args.seed)
     rollout_fn = partial(rollout, env=env, env_params=env_params, args=args)
     update_fn = partial(update, shuffle_key=shuffle_key, tx=tx, args=args)
-    if args.jit:  # the runner, model and optimizer state are consumed: XLA reuses their buffers
+    if args.jit:  # each call consumes what it changes: XLA reuses the runner's, model's and optimizer's buffers
         rollout_fn = eqx.filter_jit(rollout_fn, donate="all-except-first")
         update_fn = eqx.filter_jit(update_fn, donate="all-except-first")
 
@@ -467,8 +478,7 @@ def train(args: Args, env, env_params, log: RunLog):
             if args.sync_timing:
                 jax.block_until_ready(batch)
                 t1 = time.perf_counter()
-            # an array, not an int: filter_jit would treat an int as static and recompile each time
-            model, opt_state, update_stats = update_fn(model, opt_state, batch, jnp.asarray(iteration))
+            model, opt_state, update_stats = update_fn(batch, model, opt_state)
             if args.sync_timing:
                 jax.block_until_ready(model)
                 t2 = time.perf_counter()
@@ -481,17 +491,40 @@ def train(args: Args, env, env_params, log: RunLog):
 
 
 # %% main
-def main():
-    args = tyro.cli(Args)
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"):
-        if getattr(args, name) <= 0:
-            fail(f"{name} must be a positive integer, got {getattr(args, name)}")
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"),
+                           lambda x: x > 0),
+    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if not all(0 <= beta < 1 for beta in args.adam_betas):
+        fail(f"adam_betas must both be in [0, 1), got {args.adam_betas}")
     if (args.num_envs * args.num_steps) % args.num_minibatches:
         fail(f"num_minibatches={args.num_minibatches} must divide the batch "
              f"num_envs*num_steps={args.num_envs * args.num_steps}")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
     env, env_params = make_env(args.env_id)
     variant = variant_name(args)
-    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind)
+    precision = set_matmul_precision(args.matmul_precision)
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
     try:

@@ -15,6 +15,7 @@ import time
 START_TIME = time.time()  # before the heavy imports: time/startup counts them
 
 import json
+import math
 import os
 import platform
 import resource
@@ -80,6 +81,8 @@ class Args:
     """one seed drives init, environments, actions and shuffling"""
     sync_timing: bool = False
     """block around rollout and update to time them (time/rollout, time/update)"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit_env: bool = True
@@ -235,6 +238,11 @@ def stack_steps(steps: list[EnvStep]) -> EnvStep:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *steps)  # one call for the whole trajectory
 
 
+def to_jax(action: torch.Tensor):
+    """torch -> JAX, never through the host: DLPack on a GPU; on the CPU a NumPy view, which jit takes for less."""
+    return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
+
+
 def act(agent: ActorCritic, obs, gumbel):
     """Gumbel-max sampling, as jax.random.categorical: no multinomial, no validation sync."""
     logits = agent.logits(obs)  # acting needs only the actor
@@ -250,7 +258,7 @@ def rollout(agent: ActorCritic, runner: Runner, env_step_fn, args: Args):
     observations, actions, all_logits, steps = [], [], [], []
     for t in range(args.num_steps):
         action, logits = act(agent, obs, gumbel[t])
-        env_state, out = env_step_fn(env_state, jnp.from_dlpack(action))
+        env_state, out = env_step_fn(env_state, to_jax(action))
         observations.append(obs), actions.append(action), all_logits.append(logits), steps.append(out)
         obs = torch.from_dlpack(out.obs)
     out = EnvStep(*map(torch.from_dlpack, stack_steps(steps)))
@@ -376,7 +384,7 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
-def make_run_dir(args: Args, variant: str, device: str) -> str:
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
     """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
     stamp = int(time.time() * 1000)
     while True:
@@ -386,7 +394,9 @@ def make_run_dir(args: Args, variant: str, device: str) -> str:
             break
         except FileExistsError:
             stamp += 1
-    info = {"args": asdict(args), "variant": variant, "versions": versions(),
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
             "device": device, "cpu": cpu_model(), "start_time": START_TIME}
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(info, f, indent=2)
@@ -399,7 +409,11 @@ def torch_device() -> torch.device:
 
 
 def peak_device_mb():
-    return torch.cuda.max_memory_allocated() / 2**20 if torch_device().type == "cuda" else None
+    """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's (the environments)."""
+    if torch_device().type != "cuda":
+        return None
+    jax_stats = jax.devices()[0].memory_stats() or {}
+    return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
 
 
 class RunLog:
@@ -425,8 +439,7 @@ class RunLog:
             write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
         sps = args.num_envs * args.num_steps / times["iteration"]
         write("charts/SPS", sps, step)
-        # the schedule's value at this iteration's first optimizer step
-        write("charts/learning_rate", args.learning_rate * (1 - iteration / args.num_iterations), step)
+        write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
         for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
             write(f"losses/{name}", stats[name], step)
         self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -464,12 +477,16 @@ class RunLog:
 def train(args: Args, env, env_params, log: RunLog):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; JAX drives the environments
     device = torch_device()
-    obs, env_state = env_reset(jax.random.key(args.seed), env, env_params, args.num_envs)
+    # the environments' reset as one compiled call, not dozens of op-by-op compilations
+    obs, env_state = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))(args.seed)
     agent, optimizer = make_agent(obs.shape[1], env.action_space(env_params).n, args, device)
     runner = Runner(env_state, torch.from_dlpack(obs))
     env_step_fn = partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs)
     if args.jit_env:  # the env state is consumed: XLA reuses its buffers
         env_step_fn = jax.jit(env_step_fn, donate_argnums=0)
+    # torch needs each env step's result at once: on the CPU, JAX then does better to run a call in
+    # the calling thread than to hand it to a worker thread (async dispatch)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
 
     log.start_train = time.time()
@@ -487,6 +504,7 @@ def train(args: Args, env, env_params, log: RunLog):
                 t2 = time.perf_counter()
             stats = {**rollout_stats, **update_stats}
             stats = dict(zip(stats, torch.stack(list(stats.values())).tolist()))  # the one host fetch
+            stats["learning_rate"] = optimizer.param_groups[0]["lr"]  # the rate of Adam's last step: a host float
             times = {"iteration": time.perf_counter() - t0}
             if args.sync_timing:
                 times.update(rollout=t1 - t0, update=t2 - t1)
@@ -495,18 +513,42 @@ def train(args: Args, env, env_params, log: RunLog):
 
 
 # %% main
-def main():
-    args = tyro.cli(Args)
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"):
-        if getattr(args, name) <= 0:
-            fail(f"{name} must be a positive integer, got {getattr(args, name)}")
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"),
+                           lambda x: x > 0),
+    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if not all(0 <= beta < 1 for beta in args.adam_betas):
+        fail(f"adam_betas must both be in [0, 1), got {args.adam_betas}")
     if (args.num_envs * args.num_steps) % args.num_minibatches:
         fail(f"num_minibatches={args.num_minibatches} must divide the batch "
              f"num_envs*num_steps={args.num_envs * args.num_steps}")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision, "torch": torch.get_float32_matmul_precision()}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
     env, env_params = make_env(args.env_id)
     variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
     device = torch_device()
-    run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu")
+    run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu", precision)
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
     try:

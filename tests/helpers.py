@@ -62,13 +62,15 @@ def scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-def load(script: str):
-    """Imports a script as a module (its main() does not run)."""
+def load(script: str, fresh: bool = False):
+    """Imports a script as a module (its main() does not run). A fresh copy is private to its
+    caller: what the caller changes in it (compiled functions, say) no other test sees."""
     name = script.removesuffix(".py")
-    if name in sys.modules:
+    if name in sys.modules and not fresh:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, ROOT / script)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    if not fresh:
+        sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

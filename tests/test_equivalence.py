@@ -1,275 +1,141 @@
-"""Proof that the frameworks run one algorithm: from identical weights and one identical
-minibatch, every script computes the same loss, gradients and updated weights, and the
-same GAE (truncation bootstrap included) as a NumPy reference."""
+"""Proof that every script computes one algorithm, checked against the independent float64
+NumPy reference in reference.py, never against another framework:
+- from identical weights and one minibatch, the same loss, statistics and gradients (the
+  reference's gradients are written out by hand, and checked by finite differences);
+- from identical weights, several consecutive calls of each script's own update() on
+  different batches leave the weights the reference's global-norm clipping + Adam + linear
+  schedule leaves, and the optimizer's state holds the learning rate of the schedule;
+- GAE, truncation bootstrap included."""
+
+import dataclasses
 
 import numpy as np
 import pytest
+import reference as ref
+from adapters import adapter_for
 from helpers import SCRIPTS, load
 
 OBS_DIM, NUM_ACTIONS, HIDDEN, MINIBATCH = 6, 3, (64, 64), 256
-NETS = ("actor", "critic")
-LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+UPDATE_STEPS = 4  # one optimizer step per update() call: the whole schedule, from lr down to lr/4
+ATOL_WEIGHTS = 2e-6  # float32 against float64; an optimizer step moves a weight by up to lr = 2.5e-4
 
 
-# ---- the reference: weights as [(kernel (in, out), bias)] per net, the loss in NumPy
-def random_weights(rng) -> dict:
-    weights = {}
-    for net, out in (("actor", NUM_ACTIONS), ("critic", 1)):
-        sizes = (OBS_DIM, *HIDDEN, out)
-        weights[net] = [(rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32),
-                         rng.normal(0, 0.1, o).astype(np.float32)) for i, o in zip(sizes, sizes[1:])]
-    return weights
+def shared_args(script, **changes):
+    """The script's own Args (its defaults are the contract's), with the given changes."""
+    return dataclasses.replace(load(script).Args(), **changes)
 
 
-def forward(layers, x):
-    for kernel, bias in layers[:-1]:
-        x = np.tanh(x @ kernel + bias)
-    return x @ layers[-1][0] + layers[-1][1]
+def update_args(script):
+    """update() as one optimizer step on the whole batch (one epoch, one minibatch, so its
+    shuffle cannot change the result), over a schedule of UPDATE_STEPS steps."""
+    return shared_args(script, num_envs=4, num_steps=MINIBATCH // 4, num_minibatches=1, update_epochs=1,
+                       num_iterations=UPDATE_STEPS)
 
 
-def log_softmax(logits):
-    shifted = logits - logits.max(-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-
-
-def reference_loss(weights, mb, args):
-    w = {k: [(a.astype(np.float64), b.astype(np.float64)) for a, b in v] for k, v in weights.items()}
-    logp = log_softmax(forward(w["actor"], mb["obs"]))
-    value = forward(w["critic"], mb["obs"])[:, 0]
-    logratio = np.take_along_axis(logp, mb["actions"][:, None].astype(int), -1)[:, 0] - mb["logprobs"]
-    ratio = np.exp(logratio)
-    adv = (mb["advantages"] - mb["advantages"].mean()) / (mb["advantages"].std() + 1e-8)
-    pg_loss = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
-    v_clipped = mb["values"] + np.clip(value - mb["values"], -args.clip_coef, args.clip_coef)
-    v_loss = 0.5 * np.maximum((value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2).mean()
-    entropy = -(np.exp(logp) * logp).sum(-1).mean()
-    stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
-             "approx_kl": ((ratio - 1) - logratio).mean(), "clipfrac": (np.abs(ratio - 1) > args.clip_coef).mean()}
-    return pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss, stats
-
-
-def random_minibatch(rng, weights) -> dict:
+def random_minibatch(rng, weights, return_error: float) -> dict:
+    """Old log-probs and values near the current ones, so some ratios and values clip; the size
+    of the return errors sets the gradient's norm (3+-4: above max_grad_norm, 0+-0.05: below)."""
     obs = rng.normal(0, 1, (MINIBATCH, OBS_DIM)).astype(np.float32)
-    logp = log_softmax(forward(weights["actor"], obs))
+    logp = ref.log_softmax(ref.forward(ref.as64(weights)["actor"], obs)[0])
     actions = rng.integers(0, NUM_ACTIONS, MINIBATCH).astype(np.int32)
-    values = forward(weights["critic"], obs)[:, 0] + rng.normal(0, 0.3, MINIBATCH)
-    return {  # old log-probs and values near the current ones, so some ratios and values clip
+    values = ref.forward(ref.as64(weights)["critic"], obs)[0][:, 0] + rng.normal(0, 0.3, MINIBATCH)
+    return {
         "obs": obs, "actions": actions,
-        "logprobs": (np.take_along_axis(logp, actions[:, None], -1)[:, 0] + rng.normal(0, 0.2, MINIBATCH)),
+        "logprobs": logp[np.arange(MINIBATCH), actions] + rng.normal(0, 0.2, MINIBATCH),
         "values": values, "advantages": rng.normal(0.5, 2, MINIBATCH),
-        "returns": values + rng.normal(3, 4, MINIBATCH),  # large value errors: the gradient norm exceeds the clip
+        "returns": values + rng.normal(3 if return_error > 1 else 0, return_error, MINIBATCH),
     }
-
-
-# ---- one adapter per framework: load canonical weights, compute, hand back canonical arrays
-class Linen:
-    def __init__(self, script, weights, args):
-        import jax
-        import jax.numpy as jnp
-
-        self.m, self.args, self.jnp, self.jax = load(script), args, jnp, jax
-        params = {"params": {net: {f"Dense_{i}": {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
-                                   for i, (k, b) in enumerate(layers)} for net, layers in weights.items()}}
-        state = self.m.make_train_state(jax.random.key(0), OBS_DIM, NUM_ACTIONS, args)
-        self.state = state.replace(params=params)
-
-    def batch(self, mb):
-        return self.m.Batch(**{k: self.jnp.asarray(v, self.jnp.int32 if k == "actions" else self.jnp.float32)
-                               for k, v in mb.items()})
-
-    @staticmethod
-    def canonical(params):
-        return {net: [(np.asarray(params["params"][net][f"Dense_{i}"]["kernel"]),
-                       np.asarray(params["params"][net][f"Dense_{i}"]["bias"])) for i in range(len(HIDDEN) + 1)]
-                for net in NETS}
-
-    def loss_and_grads(self, mb):
-        grad_fn = self.jax.value_and_grad(self.m.ppo_loss, has_aux=True)
-        (loss, stats), grads = grad_fn(self.state.params, self.state.apply_fn, self.batch(mb), self.args)
-        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
-
-    def updated_weights(self, mb):
-        state, _ = self.m.minibatch_step(self.state, self.batch(mb), self.args)
-        return self.canonical(state.params)
-
-
-class Torch:
-    def __init__(self, script, weights, args):
-        import torch
-
-        self.m, self.args, self.torch = load(script), args, torch
-        self.agent, self.optimizer = self.m.make_agent(OBS_DIM, NUM_ACTIONS, args, torch.device("cpu"))
-        self.agent.load_state_dict({f"{net}.{2 * i}.{name}": torch.tensor(k.T.copy() if name == "weight" else b)
-                                    for net, layers in weights.items() for i, (k, b) in enumerate(layers)
-                                    for name in ("weight", "bias")})
-
-    def batch(self, mb):
-        dtype = lambda k: self.torch.int32 if k == "actions" else self.torch.float32
-        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(k)) for k, v in mb.items()})
-
-    def canonical(self, tensor_of):
-        return {net: [(tensor_of(f"{net}.{2 * i}.weight").T.numpy(), tensor_of(f"{net}.{2 * i}.bias").numpy())
-                      for i in range(len(HIDDEN) + 1)] for net in NETS}
-
-    def loss_and_grads(self, mb):
-        loss, stats = self.m.ppo_loss(self.agent, self.batch(mb), self.args)
-        self.agent.zero_grad()
-        loss.backward()
-        params = dict(self.agent.named_parameters())
-        grads = self.canonical(lambda name: params[name].grad.detach())
-        self.agent.zero_grad()
-        return float(loss.detach()), {k: float(v.detach()) for k, v in stats.items()}, grads
-
-    def updated_weights(self, mb):
-        self.m.minibatch_step(self.agent, self.optimizer, self.batch(mb), self.args)  # lr: the schedule's first
-        params = dict(self.agent.named_parameters())
-        return self.canonical(lambda name: params[name].detach().clone())
-
-
-class NNX:
-    """The model and optimizer are objects: weights go in and come out through their layers."""
-
-    def __init__(self, script, weights, args):
-        import jax
-        import jax.numpy as jnp
-        from flax import nnx
-
-        self.m, self.args, self.jnp, self.nnx = load(script), args, jnp, nnx
-        self.model, self.optimizer = self.m.make_model(jax.random.key(0), OBS_DIM, NUM_ACTIONS, args)
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
-                layer = getattr(self.model, net).layers[i]
-                layer.kernel[...], layer.bias[...] = jnp.asarray(kernel), jnp.asarray(bias)
-
-    batch = Linen.batch
-
-    @staticmethod
-    def canonical(tree):
-        return {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
-                      for i in range(len(HIDDEN) + 1)] for net in NETS}
-
-    def loss_and_grads(self, mb):
-        (loss, stats), grads = self.nnx.value_and_grad(self.m.ppo_loss, has_aux=True)(self.model, self.batch(mb), self.args)
-        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
-
-    def updated_weights(self, mb):
-        self.m.minibatch_step(self.model, self.optimizer, self.batch(mb), self.args)
-        return self.canonical(self.nnx.state(self.model))
-
-
-class Equinox:
-    """The model is a pytree; eqx.nn.Linear keeps its weight as (out, in), like torch."""
-
-    def __init__(self, script, weights, args):
-        import equinox as eqx
-        import jax
-        import jax.numpy as jnp
-
-        self.m, self.args, self.jnp, self.eqx = load(script), args, jnp, eqx
-        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), OBS_DIM, NUM_ACTIONS, args)
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
-                model = eqx.tree_at(lambda m: (getattr(m, net).layers[i].weight, getattr(m, net).layers[i].bias),
-                                    model, (jnp.asarray(kernel.T), jnp.asarray(bias)))
-        self.model = model
-
-    batch = Linen.batch
-
-    @staticmethod
-    def canonical(tree):
-        return {net: [(np.asarray(getattr(tree, net).layers[i].weight).T, np.asarray(getattr(tree, net).layers[i].bias))
-                      for i in range(len(HIDDEN) + 1)] for net in NETS}
-
-    def loss_and_grads(self, mb):
-        grad_fn = self.eqx.filter_value_and_grad(self.m.ppo_loss, has_aux=True)
-        (loss, stats), grads = grad_fn(self.model, self.batch(mb), self.args)
-        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
-
-    def updated_weights(self, mb):
-        (model, _), _ = self.m.minibatch_step((self.model, self.opt_state), self.batch(mb), self.tx, self.args)
-        return self.canonical(model)
-
-
-class TorchCompile(Torch):
-    """The updated weights come from the compiled update: compilation must not change the numbers."""
-
-    def __init__(self, script, weights, args):
-        super().__init__(script, weights, args)
-        self.m.compile_hot_paths("default")  # the mode torch_compile uses on CPU
-
-
-def adapter_for(script):
-    if script == "ppo_torch_compile.py":
-        return TorchCompile
-    if "torch" in script:
-        return Torch
-    return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox}[script[4:-3]]
 
 
 @pytest.fixture(scope="module")
 def problem():
     rng = np.random.default_rng(0)
-    weights = random_weights(rng)
-    return weights, random_minibatch(rng, weights)
+    weights = ref.random_weights(rng, OBS_DIM, HIDDEN, NUM_ACTIONS)
+    # the steps alternate between a gradient norm above max_grad_norm (clipped) and one below
+    batches = [random_minibatch(rng, weights, 4.0 if t % 2 == 0 else 0.05) for t in range(UPDATE_STEPS)]
+    return weights, batches
 
 
 @pytest.fixture(scope="module")
-def results(problem):
-    weights, mb = problem
-    out = {}
-    for script in SCRIPTS:
-        args = load(script).Args()
-        loss, stats, grads = adapter_for(script)(script, weights, args).loss_and_grads(mb)
-        out[script] = loss, stats, grads, adapter_for(script)(script, weights, args).updated_weights(mb)
-    return out
+def expected_updates(problem):
+    weights, batches = problem
+    args = update_args(SCRIPTS[0])
+    return ref.optimizer_steps(weights, batches, args, total_steps=UPDATE_STEPS)
 
 
-def flat(tree):
-    return np.concatenate([a.ravel() for net in NETS for layer in tree[net] for a in layer])
+# ---- the reference itself
+def test_reference_gradients_match_finite_differences(problem):
+    """The hand-written backward pass equals central differences of the float64 loss."""
+    weights, (mb, *_) = problem
+    args = shared_args(SCRIPTS[0])
+    rng = np.random.default_rng(1)
+    params, grads = ref.flat(ref.as64(weights)), ref.flat(ref.loss_and_grads(weights, mb, args)[2])
+    loss_at = lambda p: ref.loss_and_grads(ref.unflat(p, weights), mb, args)[0]
+    for _ in range(6):
+        direction = rng.normal(0, 1, params.shape)
+        direction /= np.linalg.norm(direction)
+        h = 1e-6
+        numeric = (loss_at(params + h * direction) - loss_at(params - h * direction)) / (2 * h)
+        assert grads @ direction == pytest.approx(numeric, rel=1e-6, abs=1e-9)
 
 
+def test_the_steps_exercise_clipping_and_the_schedule(expected_updates):
+    """Some steps are clipped and some are not, and the learning rate falls at each step."""
+    norms = [norm for _, _, norm in expected_updates]
+    args = update_args(SCRIPTS[0])
+    assert max(norms) > 2 * args.max_grad_norm and min(norms) < args.max_grad_norm, norms
+    assert [lr for _, lr, _ in expected_updates] == pytest.approx(
+        [args.learning_rate * (1 - t / UPDATE_STEPS) for t in range(UPDATE_STEPS)])
+
+
+@pytest.mark.parametrize("planted", ["learning rate decays at half the speed", "clip at 4x max_grad_norm",
+                                     "no gradient clipping"])
+def test_planted_errors_are_visible(planted, problem, expected_updates):
+    """Each error that slipped past a one-step test moves the weights, within these steps, by
+    far more than test_updates_match_reference tolerates: that test would fail."""
+    weights, batches = problem
+    args = update_args(SCRIPTS[0])
+    wrong = {"learning rate decays at half the speed": dict(lr_decay_speed=0.5),
+             "clip at 4x max_grad_norm": dict(max_grad_norm=4 * args.max_grad_norm),
+             "no gradient clipping": dict(max_grad_norm=np.inf)}[planted]
+    planted_updates = ref.optimizer_steps(weights, batches, args, total_steps=UPDATE_STEPS, **wrong)
+    gap = max(np.abs(ref.flat(a) - ref.flat(b)).max() for (a, _, _), (b, _, _) in zip(expected_updates, planted_updates))
+    assert gap > 10 * ATOL_WEIGHTS, f"{planted}: the weights move by only {gap:.2g}"
+
+
+# ---- every script against the reference
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_loss_matches_numpy(script, problem, results):
-    weights, mb = problem
-    expected_loss, expected_stats = reference_loss(weights, mb, load(script).Args())
-    loss, stats, _, _ = results[script]
+def test_loss_and_gradients_match_reference(script, problem):
+    weights, (mb, *_) = problem
+    args = shared_args(script)
+    expected_loss, expected_stats, expected_grads = ref.loss_and_grads(weights, mb, args)
+    loss, stats, grads = adapter_for(script)(script, weights, args).loss_and_grads(mb)
     assert loss == pytest.approx(expected_loss, rel=1e-5, abs=1e-6)
-    for name in LOSS_STATS:
+    for name in ref.LOSS_STATS:
         assert stats[name] == pytest.approx(expected_stats[name], rel=1e-4, abs=1e-6), name
     assert 0 < expected_stats["clipfrac"] < 1  # the clipped branch is exercised
+    scale = np.abs(ref.flat(expected_grads)).max()
+    for net in ref.NETS:
+        for i, ((g, gb), (e, eb)) in enumerate(zip(grads[net], expected_grads[net])):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6 * scale, err_msg=f"{net} layer {i} kernel")
+            np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6 * scale, err_msg=f"{net} layer {i} bias")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_gradients_and_update_match(script, problem, results):
-    weights, _ = problem
-    reference = SCRIPTS[0]
-    _, _, ref_grads, ref_weights = results[reference]
-    _, _, grads, new_weights = results[script]
-    assert np.linalg.norm(flat(ref_grads)) > 0.5  # so the global-norm clip acts
-    for net in NETS:
-        for i, ((g, gb), (rg, rgb)) in enumerate(zip(grads[net], ref_grads[net])):
-            np.testing.assert_allclose(g, rg, rtol=1e-4, atol=1e-6, err_msg=f"{script} {net} layer {i} kernel grad")
-            np.testing.assert_allclose(gb, rgb, rtol=1e-4, atol=1e-6, err_msg=f"{script} {net} layer {i} bias grad")
-    np.testing.assert_allclose(flat(new_weights), flat(ref_weights), rtol=0, atol=2e-6)
-    moved = np.abs(flat(new_weights) - flat(weights))
-    assert moved.max() == pytest.approx(2.5e-4, rel=0.05)  # Adam's first step moves by ~lr
+def test_updates_match_reference(script, problem, expected_updates):
+    """UPDATE_STEPS consecutive update() calls, on different batches: after each, the weights
+    equal the reference's, and the optimizer's state holds the schedule's learning rate."""
+    weights, batches = problem
+    adapter = adapter_for(script)(script, weights, update_args(script))
+    for t, (mb, (expected, expected_lr, _)) in enumerate(zip(batches, expected_updates)):
+        got, lr_used, lr_logged = adapter.update(mb, iteration=t)
+        assert lr_used == pytest.approx(expected_lr, rel=1e-6), f"step {t}: the optimizer used {lr_used}"
+        assert lr_logged == lr_used, f"step {t}: logged {lr_logged}, used {lr_used}"
+        np.testing.assert_allclose(ref.flat(got), ref.flat(expected), rtol=0, atol=ATOL_WEIGHTS,
+                                   err_msg=f"{script}: weights after step {t}")
 
 
 # ---- GAE
-def reference_gae(values, rewards, terminated, truncated, last_value, final_values, gamma, lam):
-    advantages, advantage = np.zeros_like(values), np.zeros_like(last_value)
-    for t in reversed(range(len(values))):
-        next_value = last_value if t == len(values) - 1 else values[t + 1]
-        reward = rewards[t].copy()
-        if final_values is not None:  # bootstrap through a time limit, never through a termination
-            reward += np.where(truncated[t] & ~terminated[t], gamma * final_values[t], 0.0)
-        nonterminal = 1.0 - (terminated[t] | truncated[t])
-        delta = reward + gamma * next_value * nonterminal - values[t]
-        advantage = delta + gamma * lam * nonterminal * advantage
-        advantages[t] = advantage
-    return advantages, advantages + values
-
-
 def trajectory():
     """5 steps of 4 envs: a termination, a truncation, both at once, a truncation on the last step."""
     rng = np.random.default_rng(1)
@@ -285,18 +151,19 @@ def trajectory():
 
 def test_reference_gae_by_hand():
     """The reference itself, on one step: a truncated step's advantage is r + gamma*V(final) - V."""
-    adv, _ = reference_gae(np.array([[0.5]]), np.array([[1.0]]), np.array([[False]]), np.array([[True]]),
-                           np.array([9.0]), np.array([[2.0]]), 0.9, 0.95)
+    adv, _ = ref.gae(np.array([[0.5]]), np.array([[1.0]]), np.array([[False]]), np.array([[True]]),
+                     np.array([9.0]), np.array([[2.0]]), 0.9, 0.95)
     assert adv[0, 0] == pytest.approx(1.0 + 0.9 * 2.0 - 0.5)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("bootstrap", [True, False])
-def test_gae_matches_numpy(script, bootstrap):
+def test_gae_matches_reference(script, bootstrap):
     values, rewards, terminated, truncated, last_value, final_values = trajectory()
     final_values = final_values if bootstrap else None
-    expected = reference_gae(values, rewards, terminated, truncated, last_value, final_values, 0.99, 0.95)
-    m = load(script)
+    args = shared_args(script)
+    expected = ref.gae(values, rewards, terminated, truncated, last_value, final_values, args.gamma, args.gae_lambda)
+    m = adapter_for(script).module(script)
     if "torch" in script:
         import torch as convert_module
         to = convert_module.tensor
@@ -304,9 +171,9 @@ def test_gae_matches_numpy(script, bootstrap):
         import jax.numpy as convert_module
         to = convert_module.asarray
     got = m.compute_gae(to(values), to(rewards), to(terminated), to(truncated), to(last_value),
-                        None if final_values is None else to(final_values), 0.99, 0.95)
+                        None if final_values is None else to(final_values), args.gamma, args.gae_lambda)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-5)
     if bootstrap:  # the bootstrap changed something, so this test can tell the two apart
-        plain = reference_gae(values, rewards, terminated, truncated, last_value, None, 0.99, 0.95)
+        plain = ref.gae(values, rewards, terminated, truncated, last_value, None, args.gamma, args.gae_lambda)
         assert not np.allclose(plain[0], expected[0])

@@ -1,0 +1,244 @@
+"""One adapter per framework: load canonical weights into a script's own model and optimizer,
+run the script's own functions (loss, update, rollout), and hand back canonical NumPy arrays.
+Canonical weights are {"actor" | "critic": [(kernel (in, out), bias), ...]} (reference.py)."""
+
+import functools
+from functools import partial
+
+import numpy as np
+from helpers import load
+from reference import NETS
+
+
+class Adapter:
+    """What every framework's adapter offers; the subclasses fill in the framework's own calls."""
+
+    def __init__(self, script, weights, args):
+        self.m, self.args, self.hidden = self.module(script), args, len(weights["actor"]) - 1
+        self.setup(weights)
+
+    @staticmethod
+    def module(script):
+        return load(script)
+
+    def loss_and_grads(self, mb):
+        """(loss, statistics, canonical gradients) of ppo_loss on one minibatch."""
+        raise NotImplementedError
+
+    def update(self, batch: dict, iteration: int):
+        """One call of the script's update(); (canonical weights after it, the learning rate the
+        optimizer used in its last step, read from the optimizer's state, and the logged one)."""
+        raise NotImplementedError
+
+    def rollout(self, env, env_params, env_key, runner_key):
+        """One call of the script's rollout() from env_reset(env_key): (batch, stats, final obs,
+        the arguments it passed to compute_gae), as NumPy."""
+        calls = []
+        original = self.m.compute_gae
+
+        def recording(*args):
+            calls.append(args)
+            return original(*args)
+
+        self.m.compute_gae = recording
+        try:
+            obs, batch, stats = self.run_rollout(env, env_params, env_key, runner_key)
+        finally:
+            self.m.compute_gae = original
+        (gae_args,) = calls
+        as_np = lambda x: None if x is None else np.asarray(x)
+        return ({k: np.asarray(v) for k, v in batch._asdict().items()}, {k: float(v) for k, v in stats.items()},
+                np.asarray(obs), [as_np(a) for a in gae_args[:6]])
+
+
+class Linen(Adapter):
+    def setup(self, weights):
+        import jax
+        import jax.numpy as jnp
+
+        self.jax, self.jnp = jax, jnp
+        params = {"params": {net: {f"Dense_{i}": {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
+                                   for i, (k, b) in enumerate(layers)} for net, layers in weights.items()}}
+        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        self.state = self.m.make_train_state(jax.random.key(0), obs_dim, num_actions, self.args).replace(params=params)
+
+    def batch(self, mb):
+        return self.m.Batch(**{k: self.jnp.asarray(v, self.jnp.int32 if k == "actions" else self.jnp.float32)
+                               for k, v in mb.items()})
+
+    def canonical(self, params):
+        return {net: [(np.asarray(params["params"][net][f"Dense_{i}"]["kernel"]),
+                       np.asarray(params["params"][net][f"Dense_{i}"]["bias"])) for i in range(self.hidden + 1)]
+                for net in NETS}
+
+    def loss_and_grads(self, mb):
+        grad_fn = self.jax.value_and_grad(self.m.ppo_loss, has_aux=True)
+        (loss, stats), grads = grad_fn(self.state.params, self.state.apply_fn, self.batch(mb), self.args)
+        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
+
+    @functools.cached_property
+    def update_fn(self):
+        return self.jax.jit(partial(self.m.update, shuffle_key=self.jax.random.key(0), args=self.args))
+
+    def update(self, batch, iteration):
+        self.state, stats = self.update_fn(self.state, self.batch(batch))
+        used = self.state.opt_state[1].hyperparams["learning_rate"]
+        return self.canonical(self.state.params), float(used), float(stats["learning_rate"])
+
+    def run_rollout(self, env, env_params, env_key, runner_key):
+        obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
+        runner = self.m.Runner(runner_key, env_state, obs)
+        runner, batch, stats = self.m.rollout(self.state, runner, env, env_params, self.args)
+        return runner.obs, batch, stats
+
+
+class NNX(Linen):
+    """The model and optimizer are objects: weights go in and come out through their layers."""
+
+    def setup(self, weights):
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        self.jax, self.jnp, self.nnx = jax, jnp, nnx
+        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        self.model, self.optimizer = self.m.make_model(jax.random.key(0), obs_dim, num_actions, self.args)
+        for net, layers in weights.items():
+            for i, (kernel, bias) in enumerate(layers):
+                layer = getattr(self.model, net).layers[i]
+                layer.kernel[...], layer.bias[...] = jnp.asarray(kernel), jnp.asarray(bias)
+
+    def canonical(self, tree):
+        return {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
+                      for i in range(self.hidden + 1)] for net in NETS}
+
+    def loss_and_grads(self, mb):
+        grad_fn = self.nnx.value_and_grad(self.m.ppo_loss, has_aux=True)
+        (loss, stats), grads = grad_fn(self.model, self.batch(mb), self.args)
+        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
+
+    @functools.cached_property
+    def update_fn(self):
+        return self.nnx.jit(partial(self.m.update, shuffle_key=self.jax.random.key(0), args=self.args))
+
+    def update(self, batch, iteration):
+        stats = self.update_fn(self.model, self.optimizer, self.batch(batch))
+        used = self.optimizer.opt_state[1].hyperparams["learning_rate"][...]
+        return self.canonical(self.nnx.state(self.model)), float(used), float(stats["learning_rate"])
+
+    def run_rollout(self, env, env_params, env_key, runner_key):
+        obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
+        runner = self.m.Runner(runner_key, env_state, obs)
+        runner, batch, stats = self.m.rollout(self.model, runner, env, env_params, self.args)
+        return runner.obs, batch, stats
+
+
+class Equinox(NNX):
+    """The model is a pytree; eqx.nn.Linear keeps its weight as (out, in), like torch."""
+
+    def setup(self, weights):
+        import equinox as eqx
+        import jax
+        import jax.numpy as jnp
+
+        self.jax, self.jnp, self.eqx = jax, jnp, eqx
+        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), obs_dim, num_actions, self.args)
+        for net, layers in weights.items():
+            for i, (kernel, bias) in enumerate(layers):
+                model = eqx.tree_at(lambda m: (getattr(m, net).layers[i].weight, getattr(m, net).layers[i].bias),
+                                    model, (jnp.asarray(kernel.T), jnp.asarray(bias)))
+        self.model = model
+
+    def canonical(self, tree):
+        return {net: [(np.asarray(getattr(tree, net).layers[i].weight).T, np.asarray(getattr(tree, net).layers[i].bias))
+                      for i in range(self.hidden + 1)] for net in NETS}
+
+    def loss_and_grads(self, mb):
+        grad_fn = self.eqx.filter_value_and_grad(self.m.ppo_loss, has_aux=True)
+        (loss, stats), grads = grad_fn(self.model, self.batch(mb), self.args)
+        return float(loss), {k: float(v) for k, v in stats.items()}, self.canonical(grads)
+
+    @functools.cached_property
+    def update_fn(self):
+        return self.eqx.filter_jit(partial(self.m.update, shuffle_key=self.jax.random.key(0), tx=self.tx,
+                                           args=self.args))
+
+    def update(self, batch, iteration):
+        self.model, self.opt_state, stats = self.update_fn(self.batch(batch), self.model, self.opt_state)
+        used = self.opt_state[1].hyperparams["learning_rate"]
+        return self.canonical(self.model), float(used), float(stats["learning_rate"])
+
+
+class Torch(Adapter):
+    def setup(self, weights):
+        import torch
+
+        self.torch = torch
+        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        self.agent, self.optimizer = self.m.make_agent(obs_dim, num_actions, self.args, torch.device("cpu"))
+        self.agent.load_state_dict({f"{net}.{2 * i}.{name}": torch.tensor(k.T.copy() if name == "weight" else b)
+                                    for net, layers in weights.items() for i, (k, b) in enumerate(layers)
+                                    for name in ("weight", "bias")})
+
+    def batch(self, mb):
+        dtype = lambda k: self.torch.int32 if k == "actions" else self.torch.float32
+        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(k)) for k, v in mb.items()})
+
+    def canonical(self, tensor_of):
+        return {net: [(tensor_of(f"{net}.{2 * i}.weight").T.numpy(), tensor_of(f"{net}.{2 * i}.bias").numpy())
+                      for i in range(self.hidden + 1)] for net in NETS}
+
+    def weights(self):
+        params = dict(self.agent.named_parameters())
+        return self.canonical(lambda name: params[name].detach().clone())
+
+    def loss_and_grads(self, mb):
+        loss, stats = self.m.ppo_loss(self.agent, self.batch(mb), self.args)
+        self.agent.zero_grad()
+        loss.backward()
+        params = dict(self.agent.named_parameters())
+        grads = self.canonical(lambda name: params[name].grad.detach())
+        self.agent.zero_grad()
+        return float(loss.detach()), {k: float(v.detach()) for k, v in stats.items()}, grads
+
+    def update(self, batch, iteration):
+        self.torch.manual_seed(iteration)
+        self.m.update(self.agent, self.optimizer, self.batch(batch), iteration, self.args)
+        used = float(self.optimizer.param_groups[0]["lr"])
+        return self.weights(), used, used  # the scripts log this same value
+
+    def run_rollout(self, env, env_params, env_key, runner_key):
+        import jax
+
+        obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
+        runner = self.m.Runner(env_state, self.torch.from_dlpack(obs))
+        env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs))
+        self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
+        runner, batch, stats = self.m.rollout(self.agent, runner, env_step_fn, self.args)
+        return runner.obs, batch, stats
+
+
+@functools.cache
+def compiled_torch_module():
+    """A private copy of ppo_torch_compile.py with its hot paths compiled as the script compiles
+    them on a CPU, made once per test session: the shared module keeps its eager functions."""
+    m = load("ppo_torch_compile.py", fresh=True)
+    m.compile_hot_paths("default")
+    return m
+
+
+class TorchCompile(Torch):
+    """The compiled policy step, GAE and update: compilation must not change the numbers."""
+
+    @staticmethod
+    def module(script):
+        return compiled_torch_module()
+
+
+def adapter_for(script: str) -> type[Adapter]:
+    if script == "ppo_torch_compile.py":
+        return TorchCompile
+    if "torch" in script:
+        return Torch
+    return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox}[script[4:-3]]

@@ -1,0 +1,142 @@
+"""The independent reference every script is checked against: PPO's loss, its gradients
+(written out by hand), global-norm clipping, Adam, the linear schedule and GAE, in float64
+NumPy. Weights are {"actor" | "critic": [(kernel (in, out), bias), ...]}."""
+
+import numpy as np
+
+NETS = ("actor", "critic")
+LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+
+
+def random_weights(rng, obs_dim, hidden, num_actions) -> dict:
+    weights = {}
+    for net, out in (("actor", num_actions), ("critic", 1)):
+        sizes = (obs_dim, *hidden, out)
+        weights[net] = [(rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32),
+                         rng.normal(0, 0.1, o).astype(np.float32)) for i, o in zip(sizes, sizes[1:])]
+    return weights
+
+
+def flat(weights) -> np.ndarray:
+    return np.concatenate([a.ravel() for net in NETS for layer in weights[net] for a in layer])
+
+
+def unflat(vector, like) -> dict:
+    out, i = {}, 0
+    for net in NETS:
+        out[net] = []
+        for kernel, bias in like[net]:
+            k = vector[i:i + kernel.size].reshape(kernel.shape)
+            i += kernel.size
+            out[net].append((k, vector[i:i + bias.size]))
+            i += bias.size
+    return out
+
+
+def forward(layers, x):
+    """The MLP's output and every layer's input (for the backward pass)."""
+    inputs = [x]
+    for kernel, bias in layers[:-1]:
+        x = np.tanh(x @ kernel + bias)
+        inputs.append(x)
+    return x @ layers[-1][0] + layers[-1][1], inputs
+
+
+def backward(layers, inputs, d_out):
+    """Gradients of every (kernel, bias) from the gradient at the MLP's output."""
+    grads = []
+    for i in reversed(range(len(layers))):
+        grads.append((inputs[i].T @ d_out, d_out.sum(0)))
+        if i:
+            d_out = (d_out @ layers[i][0].T) * (1 - inputs[i] ** 2)  # through tanh
+    return grads[::-1]
+
+
+def log_softmax(logits):
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def as64(weights):
+    return {k: [(a.astype(np.float64), b.astype(np.float64)) for a, b in v] for k, v in weights.items()}
+
+
+def loss_and_grads(weights, mb, args):
+    """PPO's loss (clipped surrogate, clipped value loss, entropy bonus), its statistics, and
+    its exact gradient with respect to every weight, in float64."""
+    w, n, c = as64(weights), len(mb["obs"]), args.clip_coef
+    logits, actor_inputs = forward(w["actor"], mb["obs"].astype(np.float64))
+    value_out, critic_inputs = forward(w["critic"], mb["obs"].astype(np.float64))
+    value = value_out[:, 0]
+    logp = log_softmax(logits)
+    p = np.exp(logp)
+    actions = mb["actions"].astype(int)
+    logratio = logp[np.arange(n), actions] - mb["logprobs"]
+    ratio = np.exp(logratio)
+    adv = (mb["advantages"] - mb["advantages"].mean()) / (mb["advantages"].std() + 1e-8)
+    unclipped, clipped = -adv * ratio, -adv * np.clip(ratio, 1 - c, 1 + c)
+    pg_loss = np.maximum(unclipped, clipped).mean()
+    entropy_each = -(p * logp).sum(-1)
+    v_clipped = mb["values"] + np.clip(value - mb["values"], -c, c)
+    v_unclipped_loss, v_clipped_loss = (value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2
+    if args.clip_vloss:
+        v_loss = 0.5 * np.maximum(v_unclipped_loss, v_clipped_loss).mean()
+    else:
+        v_loss = 0.5 * v_unclipped_loss.mean()
+    loss = pg_loss - args.ent_coef * entropy_each.mean() + args.vf_coef * v_loss
+    stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_each.mean(),
+             "approx_kl": ((ratio - 1) - logratio).mean(), "clipfrac": (np.abs(ratio - 1) > c).mean()}
+
+    # d loss / d logits: the surrogate through the branch max() takes (the clipped one is flat
+    # outside the clip range), and the entropy bonus (dH/dz_j = -p_j (log p_j + H))
+    inside = (ratio > 1 - c) & (ratio < 1 + c)
+    d_ratio = np.where(unclipped >= clipped, -adv, -adv * inside) / n
+    d_logits = (d_ratio * ratio)[:, None] * (np.eye(logits.shape[1])[actions] - p)
+    d_logits += args.ent_coef / n * p * (logp + entropy_each[:, None])
+    # d loss / d value, through the value-loss branch max() takes
+    if args.clip_vloss:
+        inside_v = np.abs(value - mb["values"]) < c
+        d_value = np.where(v_unclipped_loss >= v_clipped_loss, value - mb["returns"],
+                           (v_clipped - mb["returns"]) * inside_v)
+    else:
+        d_value = value - mb["returns"]
+    d_value *= args.vf_coef / n
+    grads = {"actor": backward(w["actor"], actor_inputs, d_logits),
+             "critic": backward(w["critic"], critic_inputs, d_value[:, None])}
+    return loss, stats, grads
+
+
+def optimizer_steps(weights, minibatches, args, total_steps, max_grad_norm=None, lr_decay_speed=1.0):
+    """Global-norm clipping, Adam with bias correction and the linear schedule, one step per
+    minibatch: [(weights after the step, learning rate used, gradient norm before clipping)].
+    The last two arguments plant known errors, to show the comparison can see them."""
+    max_grad_norm = args.max_grad_norm if max_grad_norm is None else max_grad_norm
+    (b1, b2), eps = args.adam_betas, args.adam_eps
+    params = flat(as64(weights))
+    m, v, out = np.zeros_like(params), np.zeros_like(params), []
+    for t, mb in enumerate(minibatches):
+        g = flat(loss_and_grads(unflat(params, weights), mb, args)[2])
+        norm = np.sqrt((g ** 2).sum())
+        g = g * min(1.0, max_grad_norm / norm)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g ** 2
+        m_hat, v_hat = m / (1 - b1 ** (t + 1)), v / (1 - b2 ** (t + 1))
+        lr = args.learning_rate * (1 - lr_decay_speed * t / total_steps)
+        params = params - lr * m_hat / (np.sqrt(v_hat) + eps)
+        out.append((unflat(params, weights), lr, norm))
+    return out
+
+
+def gae(values, rewards, terminated, truncated, last_value, final_values, gamma, lam):
+    """GAE step by step, backwards: a trace stops at terminated or truncated; a truncated (not
+    terminated) step bootstraps through the time limit with gamma * V(final observation)."""
+    advantages, advantage = np.zeros_like(values), np.zeros_like(last_value)
+    for t in reversed(range(len(values))):
+        next_value = last_value if t == len(values) - 1 else values[t + 1]
+        reward = rewards[t].copy()
+        if final_values is not None:
+            reward += np.where(truncated[t] & ~terminated[t], gamma * final_values[t], 0.0)
+        nonterminal = 1.0 - (terminated[t] | truncated[t])
+        delta = reward + gamma * next_value * nonterminal - values[t]
+        advantage = delta + gamma * lam * nonterminal * advantage
+        advantages[t] = advantage
+    return advantages, advantages + values
