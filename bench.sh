@@ -129,6 +129,10 @@ case $envs_opt in
   all) env_filter=("${SEED_ENVS[@]}" "${EXTRA_ENVS[@]}") ;;
   *) env_filter=($(split "$envs_opt")) ;;
 esac
+for e in "${env_filter[@]}"; do
+  contains "$e" "${SEED_ENVS[@]}" "${EXTRA_ENVS[@]}" ||
+    die "unknown env '$e': ${SEED_ENVS[*]} ${EXTRA_ENVS[*]} (or seed, extra, all)"
+done
 variant_filter=($(split "$variants_opt"))
 for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"; done
 model_filter=($(split "$models_opt"))

@@ -506,7 +506,7 @@ def check_args(args: Args):
             if not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
     if not all(0 <= beta < 1 for beta in args.adam_betas):
-        fail(f"adam_betas must both be in [0, 1), got {args.adam_betas}")
+        fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
     if (args.num_envs * args.num_steps) % args.num_minibatches:
         fail(f"num_minibatches={args.num_minibatches} must divide the batch "
              f"num_envs*num_steps={args.num_envs * args.num_steps}")

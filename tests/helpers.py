@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p.name for p in ROOT.glob("ppo_*.py"))  # later scripts join every test by themselves
 
 # small enough for seconds on 2 CPU cores, large enough for every overhead bucket (0, 1..7, 8..end)
-TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
-        "--num-iterations", "10"]
+TINY_ARGS = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, num_iterations=10)
+TINY = [a for name, value in TINY_ARGS.items() for a in (f"--{name.replace('_', '-')}", str(value))]
 
 SUMMARY_KEYS = {
     "time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",

@@ -73,6 +73,7 @@ def test_shards_partition_the_schedule(n):
     (["--shard", "3/3"], "--shard"), (["--repeats", "0"], "--repeats"), (["--variants", "jaxx"], "unknown variant"),
     (["--models", "tiny"], "unknown model"), (["nope"], "unknown preset"), (["--bogus"], "unknown option"),
     (["exp1", "--experiments", "exp2"], "not part of preset"),
+    (["--envs", "CartPole-v1,Foo"], "unknown env 'Foo'"), (["--envs", "MNISTBandit-bsuite"], "unknown env"),
 ])
 def test_bad_options(args, message):
     proc = bench(*args, "--dry-run")

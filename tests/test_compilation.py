@@ -3,10 +3,9 @@ second iteration because its accumulators changed shape between calls), and
 torch.compile's mode none is the eager script."""
 
 import pytest
-from helpers import SCRIPTS, TINY as TINY_ARGS, load, run_ok, scalars
+from helpers import SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars
 
 JAX_SCRIPTS = [s for s in SCRIPTS if "torch" not in s]
-TINY = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, num_iterations=6)
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +24,10 @@ def backend_compiles():
 
 
 def compiles_per_iteration(script, log_dir, count, **extra) -> list[int]:
-    """Trains in this process; returns the compilation count at the end of each iteration."""
-    m = load(script)
-    args = m.Args(**TINY, **extra, log_dir=str(log_dir))
+    """Trains in this process, in a private copy of the script (training compiles torch's hot paths
+    into its module); returns the compilation count at the end of each iteration."""
+    m = load(script, fresh=True)
+    args = m.Args(**TINY_ARGS, **extra, log_dir=str(log_dir))
     env, env_params = m.make_env(args.env_id)
     seen = []
 
@@ -45,7 +45,7 @@ def compiles_per_iteration(script, log_dir, count, **extra) -> list[int]:
 @pytest.mark.parametrize("script", JAX_SCRIPTS)
 def test_no_recompilation_after_first_iteration(script, tmp_path, backend_compiles):
     seen = compiles_per_iteration(script, tmp_path, backend_compiles)
-    assert len(seen) == TINY["num_iterations"]
+    assert len(seen) == TINY_ARGS["num_iterations"]
     assert seen[0] > 0, "the listener saw no compilation at all"  # so the test can fail
     assert seen == [seen[0]] * len(seen), f"compilations counted at the end of each iteration: {seen}"
 
@@ -67,8 +67,8 @@ def test_torch_compile_no_recompilation(tmp_path, dynamo_graphs):
 
 
 def test_compile_mode_none_is_the_eager_script(tmp_path):
-    eager = scalars(run_ok("ppo_torch.py", *TINY_ARGS, log_dir=tmp_path / "eager"))
-    none = scalars(run_ok("ppo_torch_compile.py", *TINY_ARGS, "--compile-mode", "none", log_dir=tmp_path / "none"))
+    eager = scalars(run_ok("ppo_torch.py", *TINY, log_dir=tmp_path / "eager"))
+    none = scalars(run_ok("ppo_torch_compile.py", *TINY, "--compile-mode", "none", log_dir=tmp_path / "none"))
     for tag in ("charts/episodic_return", "charts/episodic_length", "losses/value_loss", "losses/entropy",
                 "losses/policy_loss", "losses/approx_kl", "losses/explained_variance"):
         assert [s for s, _ in eager[tag]] == [s for s, _ in none[tag]], tag

@@ -3,9 +3,11 @@
 import ast
 import dataclasses
 import math
+import os
 
 import pytest
-from helpers import ROOT, SCRIPTS, SUMMARY_KEYS, SYNC_TAGS, TAGS, TINY, load, read_json, run, run_ok, scalars
+from helpers import (ROOT, SCRIPTS, SUMMARY_KEYS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, load, read_json, run, run_ok,
+                     scalars)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -13,7 +15,7 @@ SHARED_ARGS = {
     "update_epochs": 10, "num_iterations": 100, "learning_rate": 2.5e-4, "gamma": 0.99, "gae_lambda": 0.95,
     "clip_coef": 0.2, "clip_vloss": True, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
     "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "bootstrap_truncation": True, "seed": 1,
-    "sync_timing": False, "log_dir": "runs",
+    "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs",
 }
 COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode"}  # the only fields a variant may add
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
@@ -86,6 +88,8 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
 
     info = read_json(run_dir / "run.json")
     assert info["variant"] == variant and info["args"]["num_envs"] == 4
+    # full float32 matmuls, as each framework reports it back
+    assert info["matmul_precision"] == {"jax": "float32"} | ({"torch": "highest"} if "torch" in script else {})
     assert {"python", "jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "torch"} <= set(info["versions"])
     assert info["device"] and info["cpu"]
 
@@ -102,9 +106,13 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
     logged = scalars(run_dir)
     assert TAGS <= set(logged) and not SYNC_TAGS & set(logged), set(logged) ^ TAGS
     steps = [step for step, _ in logged["time/iteration"]]
-    assert steps == [4 * 16 * (i + 1) for i in range(10)]  # step = global env steps
-    lr = [value for _, value in logged["charts/learning_rate"]]
-    assert lr[0] == pytest.approx(2.5e-4) and lr[-1] == pytest.approx(2.5e-5)  # linear decay to 0
+    batch, iterations = TINY_ARGS["num_envs"] * TINY_ARGS["num_steps"], TINY_ARGS["num_iterations"]
+    assert steps == [batch * (i + 1) for i in range(iterations)]  # step = global env steps
+    # the rate of each iteration's last optimizer step, read from the optimizer: linear decay to 0
+    per_iteration = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"]
+    schedule = [SHARED_ARGS["learning_rate"] * (1 - ((i + 1) * per_iteration - 1) / (iterations * per_iteration))
+                for i in range(iterations)]
+    assert [value for _, value in logged["charts/learning_rate"]] == pytest.approx(schedule, rel=1e-5)
     assert all(math.isfinite(v) for tag in TAGS for _, v in logged[tag])
 
 
@@ -127,6 +135,8 @@ def test_sync_timing(script, tmp_path):
 
 BAD_INPUTS = {
     "unknown env": (["--env-id", "NoSuchEnv-v0"], ["NoSuchEnv-v0", "CartPole-v1"]),
+    "negative learning rate": (["--learning-rate", "-1"], ["learning_rate", "> 0", "-1"]),
+    "log dir is a file": (["--log-dir", "README.md"], ["--log-dir", "README.md", "Not a directory"]),
     "continuous actions": (["--env-id", "Pendulum-v1"], ["Pendulum-v1", "discrete", "CartPole-v1"]),
     "non-Box observations": (["--env-id", "FrozenLake-misc"], ["FrozenLake-misc", "Box", "CartPole-v1"]),
     "needs a download": (["--env-id", "MNISTBandit-bsuite"], ["MNISTBandit-bsuite", "download"]),
@@ -141,9 +151,78 @@ BAD_INPUTS = {
 def test_bad_input(script, case, tmp_path):
     args, words = BAD_INPUTS[case]
     log_dir = tmp_path / "runs"
-    proc = run(script, *args, log_dir=log_dir)
+    proc = run(script, *args, log_dir=log_dir)  # a --log-dir in args comes later: it wins
     assert proc.returncode == 2, proc.stderr[-2000:]
     for word in words:
         assert word in proc.stderr, f"{word!r} not in: {proc.stderr[-2000:]}"
     assert "Traceback" not in proc.stderr
     assert not log_dir.exists() or not any(log_dir.iterdir()), "a bad run left files behind"
+
+
+# every numeric argument's range: (bad values, edge values that are fine)
+RANGES = {
+    "learning_rate": ([-1.0, 0.0, math.nan, math.inf], [1e-9]),
+    "gamma": ([2.0, -0.1, math.nan], [0.0, 1.0]),
+    "gae_lambda": ([1.5, -1.0], [0.0, 1.0]),
+    "clip_coef": ([0.0, -0.2], [1e-3]),
+    "max_grad_norm": ([0.0, -1.0], [1e-3]),
+    "adam_eps": ([0.0, -1e-8], [1e-12]),
+    "adam_betas": ([(0.9, 1.0), (-0.1, 0.999), (1.0, 0.5)], [(0.0, 0.0), (0.99, 0.9999)]),
+    "ent_coef": ([-0.01], [0.0]),
+    "vf_coef": ([-0.5], [0.0]),
+    "num_envs": ([0, -4], [1]),
+    "num_iterations": ([0], [1]),
+}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_numeric_arguments_range_checked(script, capsys):
+    """Each bad value: one line naming the argument, exit 2 (before anything is written: main()
+    checks them first); values at the edges of each range pass."""
+    m = load(script)
+    for name, (bad, fine) in RANGES.items():
+        for value in bad:
+            with pytest.raises(SystemExit) as exit_info:
+                m.check_args(dataclasses.replace(m.Args(), **{name: value}))
+            err = capsys.readouterr().err
+            assert exit_info.value.code == 2 and err.startswith(f"error: {name} must be") and err.count("\n") == 1, \
+                (name, value, err)
+        for value in fine:
+            m.check_args(dataclasses.replace(m.Args(), **{name: value}))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_unwritable_log_dir(script, tmp_path, capsys):
+    """A --log-dir we may not write gets the same one-line error, not a traceback."""
+    m = load(script)
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o555)
+    place = str(read_only / "runs")
+    if os.access(read_only, os.W_OK):  # root writes anywhere, but sysfs refuses even root
+        place = "/sys/benchback-test-runs"
+        try:
+            os.mkdir(place)
+        except OSError:
+            pass
+        else:
+            os.rmdir(place)
+            pytest.skip("found no place this user may not write")
+    args = dataclasses.replace(m.Args(), log_dir=str(place))
+    with pytest.raises(SystemExit) as exit_info:
+        m.make_run_dir(args, "test", "cpu", {})
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: cannot create a run directory in --log-dir"), err
+    assert not os.path.exists(place)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_matmul_precision_set_alike(script):
+    """--matmul-precision sets every framework in the process alike, read back from each."""
+    m = load(script)
+    torch_names = {"float32": "highest", "tf32": "high"}
+    try:
+        for precision, jax_name in (("tf32", "tensorfloat32"), ("float32", "float32")):
+            expected = {"jax": jax_name} | ({"torch": torch_names[precision]} if "torch" in script else {})
+            assert m.set_matmul_precision(precision) == expected
+    finally:
+        m.set_matmul_precision("float32")
