@@ -356,7 +356,7 @@ def update(batch: Batch, model: ActorCritic, opt_state, shuffle_key, tx, args: A
 # %% training loop with logging
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "torch"):
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
         try:
             found[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -349,7 +349,7 @@ def update(model: ActorCritic, optimizer: nnx.Optimizer, batch: Batch, shuffle_k
 # %% training loop with logging
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "torch"):
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
         try:
             found[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

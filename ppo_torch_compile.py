@@ -379,7 +379,7 @@ def update(agent: ActorCritic, optimizer, batch: Batch, iteration: int, args: Ar
 # %% training loop with logging
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "torch"):
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
         try:
             found[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

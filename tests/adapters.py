@@ -30,9 +30,10 @@ class Adapter:
         optimizer used in its last step, read from the optimizer's state, and the logged one)."""
         raise NotImplementedError
 
-    def rollout(self, env, env_params, env_key, runner_key):
-        """One call of the script's rollout() from env_reset(env_key): (batch, stats, final obs,
-        the arguments it passed to compute_gae), as NumPy."""
+    def rollout(self, *inputs):
+        """One call of the script's rollout() from a fresh env_reset (Gymnax: env, env_params, env
+        key, policy key; Gymnasium: vector env, seed, policy key): (batch, stats, last obs, the
+        arguments it passed to compute_gae), as NumPy."""
         calls = []
         original = self.m.compute_gae
 
@@ -42,7 +43,7 @@ class Adapter:
 
         self.m.compute_gae = recording
         try:
-            obs, batch, stats = self.run_rollout(env, env_params, env_key, runner_key)
+            obs, batch, stats = self.run_rollout(*inputs)
         finally:
             self.m.compute_gae = original
         (gae_args,) = calls
@@ -219,6 +220,30 @@ class Torch(Adapter):
         return runner.obs, batch, stats
 
 
+class LinenGymnasium(Linen):
+    """The Gymnasium twin: the policy step jitted as the script jits it, the batch un-jitted so
+    that compute_gae's inputs can be recorded."""
+
+    def run_rollout(self, envs, seed, runner_key):
+        obs, env_state = self.m.env_reset(envs, seed)
+        runner = self.m.Runner(runner_key, env_state, obs)
+        policy_fn = self.jax.jit(partial(self.m.policy_step, apply_fn=self.state.apply_fn))
+        batch_fn = partial(self.m.learn_batch, args=self.args)
+        runner, batch, stats = self.m.rollout(self.state, runner, envs, policy_fn, batch_fn, self.args)
+        return runner.obs, batch, stats
+
+
+class TorchGymnasium(Torch):
+    def run_rollout(self, envs, seed, runner_key):
+        import jax
+
+        obs, env_state = self.m.env_reset(envs, seed)
+        runner = self.m.Runner(env_state, self.torch.from_numpy(obs))
+        self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
+        runner, batch, stats = self.m.rollout(self.agent, runner, envs, self.args)
+        return runner.obs, batch, stats
+
+
 @functools.cache
 def compiled_torch_module():
     """A private copy of ppo_torch_compile.py with its hot paths compiled as the script compiles
@@ -237,8 +262,6 @@ class TorchCompile(Torch):
 
 
 def adapter_for(script: str) -> type[Adapter]:
-    if script == "ppo_torch_compile.py":
-        return TorchCompile
-    if "torch" in script:
-        return Torch
-    return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox}[script[4:-3]]
+    return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox, "torch": Torch,
+            "torch_compile": TorchCompile, "linen_gymnasium": LinenGymnasium,
+            "torch_gymnasium": TorchGymnasium}[script[4:-3]]

@@ -9,6 +9,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p.name for p in ROOT.glob("ppo_*.py"))  # later scripts join every test by themselves
+GYMNASIUM_SCRIPTS = [s for s in SCRIPTS if s.endswith("_gymnasium.py")]  # their envs step on the CPU
+
+
+def frameworks(script: str) -> set[str]:
+    """The frameworks a script imports (the torch scripts step Gymnax envs in JAX)."""
+    source = (ROOT / script).read_text()
+    return {name for name in ("jax", "torch") if f"\nimport {name}\n" in source}
 
 # small enough for seconds on 2 CPU cores, large enough for every overhead bucket (0, 1..7, 8..end)
 TINY_ARGS = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, num_iterations=10)

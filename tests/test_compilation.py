@@ -3,7 +3,7 @@ second iteration because its accumulators changed shape between calls), and
 torch.compile's mode none is the eager script."""
 
 import pytest
-from helpers import SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars
+from helpers import GYMNASIUM_SCRIPTS, SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars
 
 JAX_SCRIPTS = [s for s in SCRIPTS if "torch" not in s]
 
@@ -28,7 +28,7 @@ def compiles_per_iteration(script, log_dir, count, **extra) -> list[int]:
     into its module); returns the compilation count at the end of each iteration."""
     m = load(script, fresh=True)
     args = m.Args(**TINY_ARGS, **extra, log_dir=str(log_dir))
-    env, env_params = m.make_env(args.env_id)
+    env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
     seen = []
 
     class CountingLog(m.RunLog):
@@ -37,7 +37,7 @@ def compiles_per_iteration(script, log_dir, count, **extra) -> list[int]:
             return super().iteration(iteration, times, stats)
 
     writer = m.Writer(str(log_dir))
-    m.train(args, env, env_params, CountingLog(writer, args, "compile-test"))
+    m.train(args, *env, CountingLog(writer, args, "compile-test"))
     writer.close()
     return seen
 

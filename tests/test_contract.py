@@ -6,8 +6,8 @@ import math
 import os
 
 import pytest
-from helpers import (ROOT, SCRIPTS, SUMMARY_KEYS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, load, read_json, run, run_ok,
-                     scalars)
+from helpers import (GYMNASIUM_SCRIPTS, ROOT, SCRIPTS, SUMMARY_KEYS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, frameworks,
+                     load, read_json, run, run_ok, scalars)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -88,8 +88,10 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
 
     info = read_json(run_dir / "run.json")
     assert info["variant"] == variant and info["args"]["num_envs"] == 4
-    # full float32 matmuls, as each framework reports it back
-    assert info["matmul_precision"] == {"jax": "float32"} | ({"torch": "highest"} if "torch" in script else {})
+    # full float32 matmuls, as each framework in the process reports it back
+    assert info["matmul_precision"] == {fw: FLOAT32[fw] for fw in frameworks(script)}
+    if script in GYMNASIUM_SCRIPTS:  # the CPU twin, and how it is vectorized
+        assert info["env"] == {"id": "CartPole-v1", "vectorization": "sync", "autoreset": "same-step"}
     assert {"python", "jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "torch"} <= set(info["versions"])
     assert info["device"] and info["cpu"]
 
@@ -133,6 +135,7 @@ def test_sync_timing(script, tmp_path):
     assert SYNC_TAGS <= set(scalars(run_dir))
 
 
+FLOAT32 = {"jax": "float32", "torch": "highest"}  # full float32 matmuls, in each framework's words
 BAD_INPUTS = {
     "unknown env": (["--env-id", "NoSuchEnv-v0"], ["NoSuchEnv-v0", "CartPole-v1"]),
     "negative learning rate": (["--learning-rate", "-1"], ["learning_rate", "> 0", "-1"]),
@@ -140,6 +143,7 @@ BAD_INPUTS = {
     "continuous actions": (["--env-id", "Pendulum-v1"], ["Pendulum-v1", "discrete", "CartPole-v1"]),
     "non-Box observations": (["--env-id", "FrozenLake-misc"], ["FrozenLake-misc", "Box", "CartPole-v1"]),
     "needs a download": (["--env-id", "MNISTBandit-bsuite"], ["MNISTBandit-bsuite", "download"]),
+    "no CPU twin": (["--env-id", "DeepSea-bsuite"], ["DeepSea-bsuite", "no CPU twin", "Breakout-MinAtar"]),
     "bad model": (["--model", "huge"], ["huge", "small", "medium", "large"]),
     "minibatches do not divide": (["--num-minibatches", "7"], ["num_minibatches", "7", "8192"]),
     "non-positive size": (["--num-envs", "0"], ["num_envs", "positive"]),
@@ -150,6 +154,11 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("case", BAD_INPUTS)
 def test_bad_input(script, case, tmp_path):
     args, words = BAD_INPUTS[case]
+    if args[0] == "--env-id":  # the Gymnasium scripts refuse every id without a CPU twin alike
+        if script not in GYMNASIUM_SCRIPTS and case == "no CPU twin":
+            pytest.skip("a Gymnax env the Gymnax scripts run")
+        if script in GYMNASIUM_SCRIPTS:
+            words = [args[1], *BAD_INPUTS["no CPU twin"][1][1:]]
     log_dir = tmp_path / "runs"
     proc = run(script, *args, log_dir=log_dir)  # a --log-dir in args comes later: it wins
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -208,8 +217,9 @@ def test_unwritable_log_dir(script, tmp_path, capsys):
             os.rmdir(place)
             pytest.skip("found no place this user may not write")
     args = dataclasses.replace(m.Args(), log_dir=str(place))
+    env_info = [{}] if script in GYMNASIUM_SCRIPTS else []  # their run.json also says which env ran
     with pytest.raises(SystemExit) as exit_info:
-        m.make_run_dir(args, "test", "cpu", {})
+        m.make_run_dir(args, "test", "cpu", {}, *env_info)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("error: cannot create a run directory in --log-dir"), err
     assert not os.path.exists(place)
@@ -219,10 +229,9 @@ def test_unwritable_log_dir(script, tmp_path, capsys):
 def test_matmul_precision_set_alike(script):
     """--matmul-precision sets every framework in the process alike, read back from each."""
     m = load(script)
-    torch_names = {"float32": "highest", "tf32": "high"}
+    tf32 = {"jax": "tensorfloat32", "torch": "high"}
     try:
-        for precision, jax_name in (("tf32", "tensorfloat32"), ("float32", "float32")):
-            expected = {"jax": jax_name} | ({"torch": torch_names[precision]} if "torch" in script else {})
-            assert m.set_matmul_precision(precision) == expected
+        for precision, names in (("tf32", tf32), ("float32", FLOAT32)):
+            assert m.set_matmul_precision(precision) == {fw: names[fw] for fw in frameworks(script)}
     finally:
         m.set_matmul_precision("float32")

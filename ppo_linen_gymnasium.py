@@ -1,0 +1,549 @@
+"""PPO with Flax Linen + optax, jax.jit, on Gymnasium environments stepped on the CPU (benchback).
+
+ppo_linen.py with the environments of CleanRL's everyday setup: Gymnasium's
+(MinAtar's for the MinAtar games), NumPy on the host, vectorized with same-step
+autoreset. The rollout can no longer be one lax.scan: it is a Python loop of a
+jitted policy step and a host env step, then one jitted call turns the
+trajectory into the batch (values, log-probs, GAE). The update is ppo_linen.py's.
+`diff ppo_linen.py ppo_linen_gymnasium.py` shows what a CPU environment changes.
+
+    python ppo_linen_gymnasium.py --env-id Acrobot-v1 --model large
+    python ppo_linen_gymnasium.py --no-jit   # the same functions without jax.jit
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: time/startup counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+import flax.linen as nn
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax.training.train_state import TrainState
+from minatar.gym import register_envs as register_minatar_envs
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id: its Gymnasium twin (same dynamics) is what runs"""
+    model: Literal["small", "medium", "large"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    num_envs: int = 32
+    """parallel environments"""
+    num_steps: int = 256
+    """steps per environment in one rollout (batch = num_envs * num_steps)"""
+    num_minibatches: int = 8
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """passes over the batch per update"""
+    num_iterations: int = 100
+    """iterations, each one rollout and one update"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    clip_coef: float = 0.2
+    """surrogate (and value) clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss as PPO's original code does"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient norm clip"""
+    adam_eps: float = 1e-5
+    """Adam epsilon"""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas"""
+    bootstrap_truncation: bool = True
+    """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
+    seed: int = 1
+    """one seed drives init, environments, actions and shuffling"""
+    sync_timing: bool = False
+    """block around rollout and update to time them (time/rollout, time/update)"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    jit: bool = True
+    """wrap the policy step, the batch and the update in jax.jit (--no-jit: the seed's "none")"""
+
+
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+
+
+def variant_name(args: Args) -> str:
+    return "linen_gymnasium" if args.jit else "linen_gymnasium-nojit"
+
+
+# %% environment helpers
+MINATAR = dict(sticky_action_prob=0.0)  # Gymnax's MinAtar ports have no sticky actions
+TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and time limit
+    "CartPole-v1": ("CartPole-v1", {}),
+    "Acrobot-v1": ("Acrobot-v1", {}),
+    "MountainCar-v0": ("MountainCar-v0", {}),
+    "Asterix-MinAtar": ("MinAtar/Asterix-v1", dict(MINATAR, max_episode_steps=1000)),  # v1: the minimal action set
+    "Breakout-MinAtar": ("MinAtar/Breakout-v1", dict(MINATAR, max_episode_steps=1000)),
+    "Freeway-MinAtar": ("MinAtar/Freeway-v1", dict(MINATAR, max_episode_steps=2500)),
+    "Seaquest-MinAtar": ("MinAtar/Seaquest-v1", dict(MINATAR, max_episode_steps=1000)),
+    "SpaceInvaders-MinAtar": ("MinAtar/SpaceInvaders-v1", dict(MINATAR, max_episode_steps=1000)),
+}
+# Gymnasium's fastest vector env that resets an env in the step its episode ends (AsyncVectorEnv's
+# processes cost more than they save on 2 cores; the NumPy-vectorized CartPole resets a step later)
+VECTORIZATION = "sync"
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id: str, num_envs: int):
+    """The Gymnasium twin of a Gymnax env as a vector env with same-step autoreset, or exit 2."""
+    if env_id not in TWINS:
+        fail(f"env_id {env_id!r} has no CPU twin here; supported: {', '.join(TWINS)}")
+    twin, kwargs = TWINS[env_id]
+    if twin.startswith("MinAtar/") and twin not in gym.registry:
+        register_minatar_envs()
+    return gym.make_vec(twin, num_envs, vectorization_mode=VECTORIZATION,
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+
+
+class EnvState(NamedTuple):
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+
+
+class EnvStep(NamedTuple):
+    obs: np.ndarray  # after auto-reset
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray  # before auto-reset: what a truncated step bootstraps from
+    episode_return: np.ndarray  # return of the episode that ended here, else 0
+    episode_length: np.ndarray
+
+
+def flatten_obs(obs, num_envs):
+    return obs.reshape(num_envs, -1).astype(np.float32)  # MinAtar grids -> vectors
+
+
+def env_reset(envs, seed):
+    obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+    zeros = np.zeros(envs.num_envs, np.float32)
+    return flatten_obs(obs, envs.num_envs), EnvState(zeros, zeros)
+
+
+def env_step(envs, state: EnvState, action):
+    """Steps every env (same-step auto-reset) and keeps the episode statistics, on the host."""
+    obs, reward, terminated, truncated, info = envs.step(action)
+    obs, reward, done = flatten_obs(obs, envs.num_envs), reward.astype(np.float32), terminated | truncated
+    final_obs = obs.copy()
+    if "final_obs" in info:  # the envs whose episode ended: their observation before the reset
+        ended = info["_final_obs"]
+        final_obs[ended] = flatten_obs(np.stack(info["final_obs"][ended]), ended.sum())
+    episode_return = state.episode_return + reward
+    episode_length = state.episode_length + 1
+    step = EnvStep(obs, reward, terminated, truncated, final_obs,
+                   np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
+    state = EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length))
+    return state, step
+
+
+# %% model
+class MLP(nn.Module):
+    hidden: tuple[int, ...]
+    out_dim: int
+    out_scale: float  # orthogonal gain of the output layer
+
+    @nn.compact
+    def __call__(self, x):
+        zeros = nn.initializers.zeros
+        for width in self.hidden:
+            x = nn.tanh(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), bias_init=zeros)(x))
+        return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale), bias_init=zeros)(x)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+
+    hidden: tuple[int, ...]
+    num_actions: int
+
+    def setup(self):
+        self.actor = MLP(self.hidden, self.num_actions, 0.01)
+        self.critic = MLP(self.hidden, 1, 1.0)
+
+    def __call__(self, obs):
+        return self.actor(obs), self.critic(obs)[..., 0]
+
+    def logits(self, obs):
+        return self.actor(obs)
+
+    def value(self, obs):
+        return self.critic(obs)[..., 0]
+
+
+def make_train_state(key, obs_dim, num_actions, args: Args) -> TrainState:
+    model = ActorCritic(MODELS[args.model], num_actions)
+    params = model.init(key, jnp.zeros((1, obs_dim), jnp.float32))
+    total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
+    tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(args.learning_rate, 0.0, total_steps),
+                                             b1=args.adam_betas[0], b2=args.adam_betas[1], eps=args.adam_eps),
+    )
+    return TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+
+
+# %% rollout
+class Runner(NamedTuple):
+    key: jax.Array
+    env_state: EnvState
+    obs: np.ndarray
+
+
+class Batch(NamedTuple):
+    obs: jax.Array
+    actions: jax.Array
+    logprobs: jax.Array
+    values: jax.Array
+    advantages: jax.Array
+    returns: jax.Array
+
+
+def policy_step(params, obs, key, apply_fn):
+    """The actor's logits and a sampled action for every env: one jitted call per rollout step."""
+    key, action_key = jax.random.split(key)
+    logits = apply_fn(params, obs, method=ActorCritic.logits)  # acting needs only the actor
+    return jax.random.categorical(action_key, logits).astype(jnp.int32), logits, key
+
+
+def learn_batch(train_state: TrainState, obs, actions, logits, out: EnvStep, last_obs, args: Args):
+    """The trajectory the host collected -> values, log-probs and GAE: the batch to learn from."""
+    apply = partial(train_state.apply_fn, train_state.params)
+    # the parameters are fixed during the rollout: values and log-probs in one batched pass each
+    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+    values = apply(obs, method=ActorCritic.value)
+    last_value = apply(last_obs, method=ActorCritic.value)
+    final_values = apply(out.final_obs, method=ActorCritic.value) if args.bootstrap_truncation else None
+    advantages, returns = compute_gae(values, out.reward, out.terminated, out.truncated, last_value,
+                                      final_values, args.gamma, args.gae_lambda)
+    flat = lambda x: x.reshape(-1, *x.shape[2:])  # (num_steps, num_envs, ...) -> (batch, ...)
+    batch = Batch(flat(obs), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns))
+    stats = {
+        "episodes": (out.terminated | out.truncated).sum(),
+        "episodic_return_sum": out.episode_return.sum(),
+        "episodic_length_sum": out.episode_length.sum(),
+        "explained_variance": 1 - jnp.var(returns - values) / jnp.var(returns),
+    }
+    return batch, stats
+
+
+def rollout(train_state: TrainState, runner: Runner, envs, policy_fn, batch_fn, args: Args):
+    """num_steps steps of every env, each a jitted policy step and an env step on the host, then GAE."""
+    key, env_state, obs = runner
+    observations, actions, all_logits, steps = [], [], [], []
+    for t in range(args.num_steps):
+        action, logits, key = policy_fn(train_state.params, obs, key)
+        env_state, out = env_step(envs, env_state, np.asarray(action))  # the env steps on the host
+        observations.append(obs), actions.append(action), all_logits.append(logits), steps.append(out)
+        obs = out.obs
+    out = EnvStep(*map(np.stack, zip(*steps)))
+    obs_t = jnp.asarray(np.stack(observations))  # the trajectory to the device, in one transfer
+    batch, stats = batch_fn(train_state, obs_t, jnp.stack(actions), jnp.stack(all_logits), out, obs)
+    return Runner(key, env_state, obs), batch, stats
+
+
+# %% GAE
+def compute_gae(values, rewards, terminated, truncated, last_value, final_values, gamma, gae_lambda):
+    """GAE as a reverse scan over (num_steps, num_envs) arrays.
+
+    A trace stops at terminated or truncated. A truncated, not terminated, step
+    bootstraps through the time limit: its reward gets gamma * V(final observation).
+    """
+    if final_values is not None:
+        rewards = rewards + gamma * final_values * (truncated & ~terminated)
+    next_values = jnp.concatenate([values[1:], last_value[None]])
+    nonterminal = 1.0 - (terminated | truncated)
+    deltas = rewards + gamma * next_values * nonterminal - values
+
+    def step(advantage, x):
+        delta, nonterminal = x
+        advantage = delta + gamma * gae_lambda * nonterminal * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value), (deltas, nonterminal), reverse=True)
+    return advantages, advantages + values
+
+
+# %% loss and update
+def ppo_loss(params, apply_fn, mb: Batch, args: Args):
+    logits, value = apply_fn(params, mb.obs)
+    logp = jax.nn.log_softmax(logits)
+    logprob = jnp.take_along_axis(logp, mb.actions[:, None], axis=-1)[:, 0]
+    entropy = -(jnp.exp(logp) * logp).sum(-1).mean()
+    logratio = logprob - mb.logprobs
+    ratio = jnp.exp(logratio)
+    advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std() + 1e-8)
+    pg_loss = jnp.maximum(-advantages * ratio,
+                          -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+    v_loss = (value - mb.returns) ** 2
+    if args.clip_vloss:
+        v_clipped = mb.values + jnp.clip(value - mb.values, -args.clip_coef, args.clip_coef)
+        v_loss = jnp.maximum(v_loss, (v_clipped - mb.returns) ** 2)
+    v_loss = 0.5 * v_loss.mean()
+    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1) - logratio).mean(),
+        "clipfrac": (jnp.abs(ratio - 1) > args.clip_coef).mean(),
+    }
+    return loss, stats
+
+
+def minibatch_step(train_state: TrainState, mb: Batch, args: Args):
+    """One optimizer step: loss, gradients, global-norm clip, Adam."""
+    grads, stats = jax.grad(ppo_loss, has_aux=True)(train_state.params, train_state.apply_fn, mb, args)
+    return train_state.apply_gradients(grads=grads), stats
+
+
+def update(train_state: TrainState, batch: Batch, shuffle_key, args: Args):
+    """update_epochs epochs of num_minibatches shuffled minibatches, as nested lax.scans."""
+    batch_size = args.num_envs * args.num_steps
+
+    def epoch(train_state, key):
+        perm = jax.random.permutation(key, batch_size)
+        shuffled = jax.tree.map(lambda x: x[perm].reshape(args.num_minibatches, -1, *x.shape[1:]), batch)
+        return jax.lax.scan(partial(minibatch_step, args=args), train_state, shuffled)
+
+    # a fresh shuffle key per update without a host round trip: fold in the step count
+    keys = jax.random.split(jax.random.fold_in(shuffle_key, train_state.step), args.update_epochs)
+    train_state, stats = jax.lax.scan(epoch, train_state, keys)
+    learning_rate = train_state.opt_state[1].hyperparams["learning_rate"]  # what Adam used in the last step
+    return train_state, {**jax.tree.map(jnp.mean, stats), "learning_rate": learning_rate}
+
+
+# %% training loop with logging
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
+        try:
+            found[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            found[pkg] = None
+    return found
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict, env: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
+            "env": env, "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    return run_dir
+
+
+def peak_device_mb():
+    stats = jax.devices()[0].memory_stats()  # None on CPU
+    return stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
+
+
+class RunLog:
+    """Writes each iteration's scalars and keeps what summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.times = {"iteration": [], "rollout": [], "update": []}
+        self.episodes = []  # (count, return sum) per iteration
+        self.memory = {}
+        self.start_train = None  # set when the first iteration starts
+
+    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps
+        for name, seconds in times.items():
+            self.times[name].append(seconds)
+            write(f"time/{name}", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        sps = args.num_envs * args.num_steps / times["iteration"]
+        write("charts/SPS", sps, step)
+        write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
+        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
+            write(f"losses/{name}", stats[name], step)
+        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                       "memory/peak_device_mb": peak_device_mb()}
+        for name, value in self.memory.items():
+            if value is not None:
+                write(name, value, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+    def summary(self) -> dict:
+        """summary.json: the seed's overhead buckets (0, 1..7, 8..end) and the final return."""
+        mean = lambda xs: float(np.mean(xs)) if xs else None
+        it, args = self.times["iteration"], self.args
+        return {
+            "time/startup": self.start_train - START_TIME,
+            "time/iteration_0": it[0],
+            "time/iteration_mean_1_7": mean(it[1:8]),
+            "time/iteration_mean_8_end": mean(it[8:]),
+            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
+            "time/update_mean_8_end": mean(self.times["update"][8:]),
+            "time/total": time.time() - START_TIME,
+            "charts/episodic_return_final": self.final_return(),
+            **self.memory,
+            "variant": self.variant, "env_id": args.env_id, "model": args.model,
+            "seed": args.seed, "num_iterations": args.num_iterations,
+        }
+
+
+def train(args: Args, envs, log: RunLog):
+    obs, env_state = env_reset(envs, args.seed)  # the seed seeds the environments too
+
+    def setup(seed):
+        # the same keys as ppo_linen.py, so the same initial weights; its env key is unused here
+        init_key, _, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
+        train_state = make_train_state(init_key, obs.shape[1], envs.single_action_space.n, args)
+        return train_state, runner_key, shuffle_key
+
+    # the initial weights as one compiled call, not dozens of op-by-op compilations; it runs once,
+    # so XLA compiles it without optimizing it, in half the time
+    once = jax.jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})
+    train_state, runner_key, shuffle_key = once(args.seed)
+    runner = Runner(runner_key, env_state, obs)
+    policy_fn = partial(policy_step, apply_fn=train_state.apply_fn)
+    batch_fn = partial(learn_batch, args=args)
+    update_fn = partial(update, shuffle_key=shuffle_key, args=args)
+    if args.jit:  # the update consumes the train state: XLA reuses its buffers
+        policy_fn, batch_fn = jax.jit(policy_fn), jax.jit(batch_fn)
+        update_fn = jax.jit(update_fn, donate_argnums=0)
+    # the host needs each policy step's action at once: on the CPU, JAX then does better to run a
+    # call in the calling thread than to hand it to a worker thread (async dispatch)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+    log.start_train = time.time()
+    with Progress() as progress:
+        task = progress.add_task(log.variant, total=args.num_iterations)
+        for iteration in range(args.num_iterations):
+            t0 = time.perf_counter()
+            runner, batch, rollout_stats = rollout(train_state, runner, envs, policy_fn, batch_fn, args)
+            if args.sync_timing:
+                jax.block_until_ready(batch)
+                t1 = time.perf_counter()
+            train_state, update_stats = update_fn(train_state, batch)
+            if args.sync_timing:
+                jax.block_until_ready(train_state)
+                t2 = time.perf_counter()
+            stats = jax.device_get({**rollout_stats, **update_stats})  # the one host fetch
+            times = {"iteration": time.perf_counter() - t0}
+            if args.sync_timing:
+                times.update(rollout=t1 - t0, update=t2 - t1)
+            progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
+    return train_state
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"),
+                           lambda x: x > 0),
+    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if not all(0 <= beta < 1 for beta in args.adam_betas):
+        fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        fail(f"num_minibatches={args.num_minibatches} must divide the batch "
+             f"num_envs*num_steps={args.num_envs * args.num_steps}")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    envs = make_env(args.env_id, args.num_envs)
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    env = {"id": envs.spec.id, "vectorization": VECTORIZATION, "autoreset": "same-step"}
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision, env)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        train(args, envs, log)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+        envs.close()
+    summary = log.summary()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    print(f"{run_dir}: {summary['time/iteration_mean_8_end'] or summary['time/iteration_0']:.4f} s/iteration, "
+          f"final return {summary['charts/episodic_return_final']}")
+
+
+if __name__ == "__main__":
+    main()

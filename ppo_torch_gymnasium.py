@@ -1,0 +1,539 @@
+"""PPO with PyTorch, eager, on Gymnasium environments stepped on the CPU (benchback).
+
+ppo_torch.py with CleanRL's everyday setup: the environments are Gymnasium's
+(MinAtar's for the MinAtar games), NumPy on the host, vectorized with same-step
+autoreset. Everything else is ppo_torch.py's, so `diff ppo_torch.py
+ppo_torch_gymnasium.py` shows only what a CPU environment changes: each rollout
+step hands the action to the host and the observation back.
+
+    python ppo_torch_gymnasium.py --env-id Acrobot-v1 --model large
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: time/startup counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from minatar.gym import register_envs as register_minatar_envs
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id: its Gymnasium twin (same dynamics) is what runs"""
+    model: Literal["small", "medium", "large"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    num_envs: int = 32
+    """parallel environments"""
+    num_steps: int = 256
+    """steps per environment in one rollout (batch = num_envs * num_steps)"""
+    num_minibatches: int = 8
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """passes over the batch per update"""
+    num_iterations: int = 100
+    """iterations, each one rollout and one update"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    clip_coef: float = 0.2
+    """surrogate (and value) clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss as PPO's original code does"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient norm clip"""
+    adam_eps: float = 1e-5
+    """Adam epsilon"""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas"""
+    bootstrap_truncation: bool = True
+    """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
+    seed: int = 1
+    """one seed drives init, environments, actions and shuffling"""
+    sync_timing: bool = False
+    """block around rollout and update to time them (time/rollout, time/update)"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+
+
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+
+
+def variant_name(args: Args) -> str:
+    return "torch_gymnasium"
+
+
+# %% environment helpers
+MINATAR = dict(sticky_action_prob=0.0)  # Gymnax's MinAtar ports have no sticky actions
+TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and time limit
+    "CartPole-v1": ("CartPole-v1", {}),
+    "Acrobot-v1": ("Acrobot-v1", {}),
+    "MountainCar-v0": ("MountainCar-v0", {}),
+    "Asterix-MinAtar": ("MinAtar/Asterix-v1", dict(MINATAR, max_episode_steps=1000)),  # v1: the minimal action set
+    "Breakout-MinAtar": ("MinAtar/Breakout-v1", dict(MINATAR, max_episode_steps=1000)),
+    "Freeway-MinAtar": ("MinAtar/Freeway-v1", dict(MINATAR, max_episode_steps=2500)),
+    "Seaquest-MinAtar": ("MinAtar/Seaquest-v1", dict(MINATAR, max_episode_steps=1000)),
+    "SpaceInvaders-MinAtar": ("MinAtar/SpaceInvaders-v1", dict(MINATAR, max_episode_steps=1000)),
+}
+# Gymnasium's fastest vector env that resets an env in the step its episode ends (AsyncVectorEnv's
+# processes cost more than they save on 2 cores; the NumPy-vectorized CartPole resets a step later)
+VECTORIZATION = "sync"
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id: str, num_envs: int):
+    """The Gymnasium twin of a Gymnax env as a vector env with same-step autoreset, or exit 2."""
+    if env_id not in TWINS:
+        fail(f"env_id {env_id!r} has no CPU twin here; supported: {', '.join(TWINS)}")
+    twin, kwargs = TWINS[env_id]
+    if twin.startswith("MinAtar/") and twin not in gym.registry:
+        register_minatar_envs()
+    return gym.make_vec(twin, num_envs, vectorization_mode=VECTORIZATION,
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+
+
+class EnvState(NamedTuple):
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+
+
+class EnvStep(NamedTuple):
+    obs: np.ndarray  # after auto-reset
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray  # before auto-reset: what a truncated step bootstraps from
+    episode_return: np.ndarray  # return of the episode that ended here, else 0
+    episode_length: np.ndarray
+
+
+def flatten_obs(obs, num_envs):
+    return obs.reshape(num_envs, -1).astype(np.float32)  # MinAtar grids -> vectors
+
+
+def env_reset(envs, seed):
+    obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+    zeros = np.zeros(envs.num_envs, np.float32)
+    return flatten_obs(obs, envs.num_envs), EnvState(zeros, zeros)
+
+
+def env_step(envs, state: EnvState, action):
+    """Steps every env (same-step auto-reset) and keeps the episode statistics, on the host."""
+    obs, reward, terminated, truncated, info = envs.step(action)
+    obs, reward, done = flatten_obs(obs, envs.num_envs), reward.astype(np.float32), terminated | truncated
+    final_obs = obs.copy()
+    if "final_obs" in info:  # the envs whose episode ended: their observation before the reset
+        ended = info["_final_obs"]
+        final_obs[ended] = flatten_obs(np.stack(info["final_obs"][ended]), ended.sum())
+    episode_return = state.episode_return + reward
+    episode_length = state.episode_length + 1
+    step = EnvStep(obs, reward, terminated, truncated, final_obs,
+                   np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
+    state = EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length))
+    return state, step
+
+
+# %% model
+def layer_init(layer: nn.Linear, scale: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, scale)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_scale: float) -> nn.Sequential:
+    layers = []
+    for width in hidden:
+        layers += [layer_init(nn.Linear(in_dim, width), np.sqrt(2)), nn.Tanh()]
+        in_dim = width
+    return nn.Sequential(*layers, layer_init(nn.Linear(in_dim, out_dim), out_scale))
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int):
+        super().__init__()
+        self.actor = mlp(obs_dim, hidden, num_actions, 0.01)
+        self.critic = mlp(obs_dim, hidden, 1, 1.0)
+
+    def forward(self, obs):
+        return self.actor(obs), self.critic(obs)[..., 0]
+
+    def logits(self, obs):
+        return self.actor(obs)
+
+    def value(self, obs):
+        return self.critic(obs)[..., 0]
+
+
+def make_agent(obs_dim, num_actions, args: Args, device):
+    agent = ActorCritic(obs_dim, MODELS[args.model], num_actions).to(device)
+    # fused: one kernel for all parameters instead of a loop over them
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas,
+                                 eps=args.adam_eps, fused=True)
+    return agent, optimizer
+
+
+# %% rollout
+class Runner(NamedTuple):
+    env_state: EnvState
+    obs: torch.Tensor
+
+
+class Batch(NamedTuple):
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+def stack_steps(steps: list[EnvStep], device) -> EnvStep:
+    return EnvStep(*(torch.from_numpy(np.stack(x)).to(device) for x in zip(*steps)))  # one copy per field
+
+
+def act(agent: ActorCritic, obs, gumbel):
+    """Gumbel-max sampling, as jax.random.categorical: no multinomial, no validation sync."""
+    logits = agent.logits(obs)  # acting needs only the actor
+    return torch.argmax(logits + gumbel, dim=-1).int(), logits
+
+
+@torch.no_grad()
+def rollout(agent: ActorCritic, runner: Runner, envs, args: Args):
+    """num_steps steps of every env, then GAE: the batch to learn from."""
+    env_state, obs = runner
+    num_actions = agent.actor[-1].out_features  # the Gumbel noise of the whole rollout in one op
+    gumbel = -torch.empty((args.num_steps, args.num_envs, num_actions), device=obs.device).exponential_().log()
+    observations, actions, all_logits, steps = [], [], [], []
+    for t in range(args.num_steps):
+        action, logits = act(agent, obs, gumbel[t])
+        env_state, out = env_step(envs, env_state, action.cpu().numpy())  # the env steps on the host
+        observations.append(obs), actions.append(action), all_logits.append(logits), steps.append(out)
+        obs = torch.from_numpy(out.obs).to(obs.device)
+    out = stack_steps(steps, obs.device)
+    obs_t, actions, logits = torch.stack(observations), torch.stack(actions), torch.stack(all_logits)
+    # the parameters are fixed during the rollout: values and log-probs in one batched pass each
+    logprobs = torch.log_softmax(logits, -1).gather(-1, actions[..., None].long())[..., 0]
+    values = agent.value(obs_t)
+    last_value = agent.value(obs)
+    final_values = agent.value(out.final_obs) if args.bootstrap_truncation else None
+    advantages, returns = compute_gae(values, out.reward, out.terminated, out.truncated, last_value,
+                                      final_values, args.gamma, args.gae_lambda)
+    flat = lambda x: x.reshape(-1, *x.shape[2:])  # (num_steps, num_envs, ...) -> (batch, ...)
+    batch = Batch(flat(obs_t), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns))
+    stats = {
+        "episodes": (out.terminated | out.truncated).sum().float(),
+        "episodic_return_sum": out.episode_return.sum(),
+        "episodic_length_sum": out.episode_length.sum(),
+        "explained_variance": 1 - (returns - values).var(correction=0) / returns.var(correction=0),
+    }
+    return Runner(env_state, obs), batch, stats
+
+
+# %% GAE
+def compute_gae(values, rewards, terminated, truncated, last_value, final_values, gamma, gae_lambda):
+    """GAE over (num_steps, num_envs) tensors in log2(num_steps) vectorized steps.
+
+    A trace stops at terminated or truncated. A truncated, not terminated, step
+    bootstraps through the time limit: its reward gets gamma * V(final observation).
+    The recurrence advantage[t] = delta[t] + decay[t] * advantage[t+1] is solved by
+    doubling (a Hillis-Steele scan): after the step of span s, advantage[t] sums the
+    next 2s deltas, each discounted by the decays in between. Eager torch pays per
+    op: 8 steps of 4 ops for 256 steps, not a 256-step Python loop.
+    """
+    if final_values is not None:
+        rewards = rewards + gamma * final_values * (truncated & ~terminated)
+    next_values = torch.cat([values[1:], last_value[None]])
+    nonterminal = 1.0 - (terminated | truncated).float()
+    advantages = rewards + gamma * next_values * nonterminal - values  # the deltas
+    decay = gamma * gae_lambda * nonterminal
+    later = lambda x, span: torch.cat([x[span:], torch.zeros_like(x[:span])])  # x[t + span], 0 past the end
+    span = 1
+    while span < len(values):
+        advantages = advantages + decay * later(advantages, span)
+        decay = decay * later(decay, span)
+        span *= 2
+    return advantages, advantages + values
+
+
+# %% loss and update
+def ppo_loss(agent: ActorCritic, mb: Batch, args: Args):
+    logits, value = agent(mb.obs)
+    logp = torch.log_softmax(logits, -1)
+    logprob = logp.gather(-1, mb.actions[:, None].long())[:, 0]
+    entropy = -(logp.exp() * logp).sum(-1).mean()
+    logratio = logprob - mb.logprobs
+    ratio = logratio.exp()
+    # population std (correction=0), as jnp.std
+    advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std(correction=0) + 1e-8)
+    pg_loss = torch.max(-advantages * ratio,
+                        -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+    v_loss = (value - mb.returns) ** 2
+    if args.clip_vloss:
+        v_clipped = mb.values + torch.clamp(value - mb.values, -args.clip_coef, args.clip_coef)
+        v_loss = torch.max(v_loss, (v_clipped - mb.returns) ** 2)
+    v_loss = 0.5 * v_loss.mean()
+    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1) - logratio).mean(),
+        "clipfrac": ((ratio - 1).abs() > args.clip_coef).float().mean(),
+    }
+    return loss, stats
+
+
+def minibatch_step(agent: ActorCritic, optimizer, mb: Batch, args: Args):
+    """One optimizer step: loss, gradients, global-norm clip, Adam."""
+    optimizer.zero_grad()
+    loss, stats = ppo_loss(agent, mb, args)
+    stats = torch.stack(list(stats.values())).detach()  # for logging only: no gradient flows from it
+    loss.backward()
+    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+    optimizer.step()
+    return stats
+
+
+def update(agent: ActorCritic, optimizer, batch: Batch, iteration: int, args: Args):
+    """update_epochs epochs of num_minibatches shuffled minibatches."""
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
+    step = iteration * args.update_epochs * args.num_minibatches  # known on the host: no sync for the LR
+    stats = []
+    for _ in range(args.update_epochs):
+        perm = torch.randperm(batch_size, device=batch.obs.device)
+        shuffled = Batch(*(x[perm] for x in batch))  # one gather per epoch; minibatches are views
+        for start in range(0, batch_size, minibatch_size):
+            mb = Batch(*(x[start:start + minibatch_size] for x in shuffled))
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - step / total_steps)  # linear decay
+            stats.append(minibatch_step(agent, optimizer, mb, args))
+            step += 1
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+    return dict(zip(names, torch.stack(stats).mean(0)))
+
+
+# %% training loop with logging
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
+        try:
+            found[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            found[pkg] = None
+    return found
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict, env: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
+            "env": env, "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    return run_dir
+
+
+def torch_device() -> torch.device:
+    """The GPU if there is one, as in CleanRL: the environments step on the host either way."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def peak_device_mb():
+    return torch.cuda.max_memory_allocated() / 2**20 if torch_device().type == "cuda" else None
+
+
+class RunLog:
+    """Writes each iteration's scalars and keeps what summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.times = {"iteration": [], "rollout": [], "update": []}
+        self.episodes = []  # (count, return sum) per iteration
+        self.memory = {}
+        self.start_train = None  # set when the first iteration starts
+
+    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps
+        for name, seconds in times.items():
+            self.times[name].append(seconds)
+            write(f"time/{name}", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        sps = args.num_envs * args.num_steps / times["iteration"]
+        write("charts/SPS", sps, step)
+        write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
+        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
+            write(f"losses/{name}", stats[name], step)
+        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                       "memory/peak_device_mb": peak_device_mb()}
+        for name, value in self.memory.items():
+            if value is not None:
+                write(name, value, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+    def summary(self) -> dict:
+        """summary.json: the seed's overhead buckets (0, 1..7, 8..end) and the final return."""
+        mean = lambda xs: float(np.mean(xs)) if xs else None
+        it, args = self.times["iteration"], self.args
+        return {
+            "time/startup": self.start_train - START_TIME,
+            "time/iteration_0": it[0],
+            "time/iteration_mean_1_7": mean(it[1:8]),
+            "time/iteration_mean_8_end": mean(it[8:]),
+            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
+            "time/update_mean_8_end": mean(self.times["update"][8:]),
+            "time/total": time.time() - START_TIME,
+            "charts/episodic_return_final": self.final_return(),
+            **self.memory,
+            "variant": self.variant, "env_id": args.env_id, "model": args.model,
+            "seed": args.seed, "num_iterations": args.num_iterations,
+        }
+
+
+def train(args: Args, envs, log: RunLog):
+    torch.manual_seed(args.seed)  # drives init, actions and shuffling; the same seed seeds the environments
+    device = torch_device()
+    obs, env_state = env_reset(envs, args.seed)
+    agent, optimizer = make_agent(obs.shape[1], envs.single_action_space.n, args, device)
+    runner = Runner(env_state, torch.from_numpy(obs).to(device))
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+
+    log.start_train = time.time()
+    with Progress() as progress:
+        task = progress.add_task(log.variant, total=args.num_iterations)
+        for iteration in range(args.num_iterations):
+            t0 = time.perf_counter()
+            runner, batch, rollout_stats = rollout(agent, runner, envs, args)
+            if args.sync_timing:
+                sync()
+                t1 = time.perf_counter()
+            update_stats = update(agent, optimizer, batch, iteration, args)
+            if args.sync_timing:
+                sync()
+                t2 = time.perf_counter()
+            stats = {**rollout_stats, **update_stats}
+            stats = dict(zip(stats, torch.stack(list(stats.values())).tolist()))  # the one host fetch
+            stats["learning_rate"] = optimizer.param_groups[0]["lr"]  # the rate of Adam's last step: a host float
+            times = {"iteration": time.perf_counter() - t0}
+            if args.sync_timing:
+                times.update(rollout=t1 - t0, update=t2 - t1)
+            progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
+    return agent
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"),
+                           lambda x: x > 0),
+    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if not all(0 <= beta < 1 for beta in args.adam_betas):
+        fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        fail(f"num_minibatches={args.num_minibatches} must divide the batch "
+             f"num_envs*num_steps={args.num_envs * args.num_steps}")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    return {"torch": torch.get_float32_matmul_precision()}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    envs = make_env(args.env_id, args.num_envs)
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    device = torch_device()
+    env = {"id": envs.spec.id, "vectorization": VECTORIZATION, "autoreset": "same-step"}
+    run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                           precision, env)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        train(args, envs, log)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+        envs.close()
+    summary = log.summary()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    print(f"{run_dir}: {summary['time/iteration_mean_8_end'] or summary['time/iteration_0']:.4f} s/iteration, "
+          f"final return {summary['charts/episodic_return_final']}")
+
+
+if __name__ == "__main__":
+    main()
