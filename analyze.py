@@ -1,4 +1,4 @@
-"""analyze.py: benchback's TensorBoard logs -> the seed's charts and tables, and REPORT.md.
+"""analyze.py: benchback's TensorBoard logs -> the seed's charts and tables, ours, and REPORT.md.
 
     python analyze.py runs/ [more run folders...] --out results
     python analyze.py envtime --out results       # env step times (the charts' x axis), cached
@@ -32,11 +32,21 @@ VARIANT_COLORS = {
     "nnx_cached": "#d62728", "equinox": "#2ca02c", "equinox-nojit": "#98df8a", "torch": "#9467bd",
     "torch-nojitenv": "#c5b0d5", "torch_compile": "#8c564b", "torch_compile-default": "#c49c94",
     "torch_compile-reduce-overhead": "#e377c2", "torch_compile-max-autotune": "#f7b6d2",
+    "torch_gymnasium": "#17becf", "linen_gymnasium": "#bcbd22", "linen_gymnasium-nojit": "#dbdb8d",
 }
 MODELS = ("small", "medium", "large")
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 REFERENCE = "linen"  # speedups are quoted as "X -> linen": how much faster linen is than X
 PAIRS_EXTRA = [("torch", "torch_compile"), ("nnx", "nnx_cached")]  # what compilation buys within a framework
+EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale")  # bench.sh's folders
+# the CPU-environment experiment's 2x2 {torch, linen} x {CPU env, JAX env}: the speedups a user weighs
+CPU_ENV_PAIRS = [
+    ("torch_gymnasium", "torch", "the environment moved to JAX"),
+    ("torch_gymnasium", "linen", "everything moved to JAX"),
+    ("torch_gymnasium", "linen_gymnasium", "the framework alone, CPU env"),
+    ("torch", "linen", "the framework alone, JAX env"),
+    ("linen_gymnasium", "linen", "Linen's environment moved to JAX"),
+]
 
 
 # ---- reading runs
@@ -50,6 +60,7 @@ class Run:
     synced: bool
     summary: dict
     info: dict
+    experiment: str = ""
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
 
     def series(self, tag):
@@ -85,6 +96,7 @@ def load_run(run_dir: Path) -> Run:
         args = info["args"]
         run = Run(run_dir, summary["variant"], summary["env_id"], summary["model"], int(summary["seed"]),
                   bool(args["sync_timing"]), summary, info)
+        run.experiment = experiment_of(run)
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"corrupt summary.json or run.json ({type(e).__name__}: {e})")
     if not any(run_dir.glob("*tfevents*")):
@@ -98,6 +110,20 @@ def load_run(run_dir: Path) -> Run:
     if "time/iteration" not in run.scalars:
         raise ValueError("empty: the event files hold no time/iteration scalars")
     return run
+
+
+def experiment_of(run: Run) -> str:
+    """The bench.sh folder a run ran in; for a run from elsewhere, a guess from its settings."""
+    named = [part for part in run.path.parts if part in EXPERIMENTS]
+    if named:
+        return named[-1]
+    if run.info["args"].get("num_envs", 32) != 32:
+        return "envscale"
+    if run.variant.startswith(("torch_gymnasium", "linen_gymnasium")):
+        return "cpuenv"
+    if not run.synced:
+        return "exp1"
+    return "exp3" if run.env_id == "Acrobot-v1" and run.model != "small" else "exp2"
 
 
 def find_runs(roots: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
@@ -510,6 +536,175 @@ def exp3_section(exp3: list[Run], out: Path, md: list[str]) -> list[str]:
     return ["exp3_compile_modes.png"]
 
 
+def plot_cpuenv(runs, variants, path):
+    """Per model: each env's synced iteration split into rollout (dark) and update (light), per variant."""
+    import matplotlib.pyplot as plt
+
+    models = [m for m in MODELS if any(r.model == m for r in runs)]
+    envs = sorted({r.env_id for r in runs})
+    fig, axes = plt.subplots(1, len(models), figsize=(max(7, 1.6 * len(envs)) * len(models), 4.8), squeeze=False)
+    width, lowest = 0.8 / len(variants), math.inf
+    for ax, model in zip(axes[0], models):
+        for j, v in enumerate(variants):
+            for i, env in enumerate(envs):
+                sel = [r for r in runs if r.env_id == env and r.variant == v and r.model == model]
+                rollout = [x for x in map(steady("time/rollout"), sel) if x]
+                update = [x for x in map(steady("time/update"), sel) if x]
+                if not rollout or not update:
+                    continue
+                x = i + (j - (len(variants) - 1) / 2) * width
+                lowest = min(lowest, np.median(rollout))
+                ax.bar(x, np.median(rollout), width, color=color(v), label=v if i == 0 else None)
+                ax.bar(x, np.median(update), width, bottom=np.median(rollout), color=color(v), alpha=0.45)
+        ax.set(yscale="log", title=f"{model} model", ylabel="seconds per iteration (rollout dark, update light)")
+        ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right", fontsize=8)
+    for ax in axes[0]:
+        ax.set_ylim(bottom=lowest / 2)  # every rollout bar visible on the log scale
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.suptitle("CPU env (Gymnasium) or JAX env (Gymnax): synced, iterations 8..end")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cpuenv_section(runs: list[Run], out: Path, md: list[str]) -> list[str]:
+    md += ["## CPU environments: is it the framework or the environment?", "",
+           "`*_gymnasium` variants step the Gymnasium twin of each env on the CPU (NumPy, sync vector env, "
+           "same-step autoreset); the others step Gymnax in JAX. Synced, mean of iterations 8..end.", ""]
+    corners = ("torch_gymnasium", "torch", "torch_compile", "linen_gymnasium", "linen")
+    present = {r.variant for r in runs}
+    variants = [v for v in corners if v in present] + variant_order(present - set(corners))
+    plot_cpuenv(runs, variants, out / "cpuenv_2x2.png")
+    rows = []
+    for model in MODELS:
+        for env in sorted({r.env_id for r in runs}):
+            for v in variants:
+                sel = [r for r in runs if r.env_id == env and r.variant == v and r.model == model]
+                if sel:
+                    median = lambda tag: float(np.median([x for x in map(steady(tag), sel) if x] or [math.nan]))
+                    rows.append([env, model, v, len(sel), median("time/iteration"), median("time/rollout"),
+                                 median("time/update")])
+    emit("The 2x2 per env and model: median seconds per iteration (8..end)",
+         ["env", "model", "variant", "runs", "iteration", "rollout", "update"], rows, md)
+    pairs = [(slow, fast) for slow, fast, _ in CPU_ENV_PAIRS]
+    meaning = {f"{slow} → {fast}": what for slow, fast, what in CPU_ENV_PAIRS}
+    table = speedup_table(runs, steady("time/iteration"), pairs)
+    emit("The speedups a user weighs (steady iteration time; geometric mean over envs, 95% CI)",
+         ["what changes", *SPEEDUP_HEADER], [[meaning[row[0]], *row] for row in speedup_rows(table)], md)
+    for tag in ("time/rollout", "time/update"):
+        table = speedup_table(runs, steady(tag), pairs)
+        emit(f"The same speedups, {tag[5:]} alone", ["what changes", *SPEEDUP_HEADER],
+             [[meaning[row[0]], *row] for row in speedup_rows(table)], md)
+    return ["cpuenv_2x2.png"]
+
+
+# ---- env scaling: rollout throughput against the number of environments
+def rollout_throughput(run: Run):
+    """Env steps per second of a synced rollout, iterations 1..end (iteration 0 compiles)."""
+    seconds = run.series("time/rollout")[1][1:]
+    args = run.info["args"]
+    return args["num_envs"] * args["num_steps"] / float(np.mean(seconds)) if len(seconds) else None
+
+
+def measure_env_throughput(env_id: str, kind: str, num_envs: int, steps: int = 64) -> float:
+    """Env steps per second with random actions and nothing else: Gymnax (one jitted lax.scan),
+    Gymnasium's sync vector env (what the *_gymnasium scripts step), or its NumPy-vectorized
+    CartPole (next-step autoreset, so the scripts cannot learn on it)."""
+    if kind == "gymnax":
+        return num_envs / measure_env_step(env_id, num_envs, steps)
+    import gymnasium as gym
+
+    twin = load_script("ppo_torch_gymnasium.py")
+    if kind == "gymnasium":
+        envs = twin.make_env(env_id, num_envs)
+    else:
+        envs = gym.make_vec(twin.TWINS[env_id][0], num_envs, vectorization_mode="vector_entry_point")
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, envs.single_action_space.n, (steps, num_envs))
+    envs.reset(seed=0)
+    for a in actions[:8]:
+        envs.step(a)
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        for a in actions:
+            envs.step(a)
+        best = min(best, time.perf_counter() - start)
+    envs.close()
+    return num_envs * steps / best
+
+
+def load_script(script: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), Path(__file__).parent / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def env_throughputs(out: Path, env_ids, counts) -> dict[str, float]:
+    """{"env|kind|n": steps per second} from OUT/envscale.json, measuring (and caching) what it lacks."""
+    cache_file = out / "envscale.json"
+    cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    kinds = lambda env: ("gymnax", "gymnasium") + (("gymnasium-numpy",) if env == "CartPole-v1" else ())
+    wanted = [(e, k, n) for e in env_ids for k in kinds(e) for n in counts]
+    missing = [w for w in wanted if "|".join(map(str, w)) not in cache]
+    for env_id, kind, n in missing:
+        console.print(f"measuring the throughput of {kind} {env_id} with {n} envs ...")
+        cache["|".join((env_id, kind, str(n)))] = measure_env_throughput(env_id, kind, n)
+    if missing:
+        cache_file.write_text(json.dumps(cache, indent=2, sort_keys=True))
+    return cache
+
+
+def saturation(points: dict[int, float]) -> int:
+    """The fewest envs that reach 90% of the best throughput: where it stops growing."""
+    best = max(points.values())
+    return min(n for n, x in points.items() if x >= 0.9 * best)
+
+
+def envscale_section(runs: list[Run], out: Path, md: list[str]) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    md += ["## Environment scaling: rollout throughput against the number of environments", "",
+           "Synced rollout, iterations 1..end; env steps per second (num_envs x num_steps / rollout time). "
+           "Dashed: the environment alone with random actions (Gymnax in one jitted scan; Gymnasium's sync "
+           "vector env; Gymnasium's NumPy-vectorized CartPole, which autoresets a step late and so serves "
+           "no script).", ""]
+    envs = sorted({r.env_id for r in runs})
+    counts = sorted({r.info["args"]["num_envs"] for r in runs})
+    raw = env_throughputs(out, envs, counts)
+    fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs) + 2, 4.8), squeeze=False)
+    rows = []
+    for ax, env in zip(axes[0], envs):
+        for v in variant_order({r.variant for r in runs if r.env_id == env}):
+            per_count = defaultdict(list)
+            for r in runs:
+                if r.env_id == env and r.variant == v and (x := rollout_throughput(r)):
+                    per_count[r.info["args"]["num_envs"]].append(x)
+            points = {n: float(np.median(xs)) for n, xs in sorted(per_count.items())}
+            if points:
+                ax.plot(list(points), list(points.values()), marker="o", color=color(v), label=v)
+                rows.append([env, v, *(points.get(n) for n in counts), saturation(points)])
+        for kind, style in (("gymnax", "--"), ("gymnasium", ":"), ("gymnasium-numpy", "-.")):
+            points = {n: raw[f"{env}|{kind}|{n}"] for n in counts if f"{env}|{kind}|{n}" in raw}
+            if points:
+                ax.plot(list(points), list(points.values()), ls=style, color="grey", label=f"{kind} env alone")
+                rows.append([env, f"({kind} env alone)", *(points.get(n) for n in counts), saturation(points)])
+        ax.set(xscale="log", yscale="log", title=env, xlabel="num_envs", ylabel="env steps per second")
+        ax.set_xticks(counts, [str(n) for n in counts], minor=False)
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.suptitle("Rollout throughput against the number of environments")
+    fig.tight_layout()
+    fig.savefig(out / "envscale.png", dpi=110)
+    plt.close(fig)
+    emit("Rollout throughput (env steps per second) by num_envs; saturates: fewest envs within 10% of the best",
+         ["env", "variant", *map(str, counts), "saturates"], rows, md)
+    return ["envscale.png"]
+
+
 def learning_section(small: list[Run], out: Path, md: list[str]) -> list[str]:
     plot_learning_curves(small, out / "learning_curves.png", "steps")
     plot_learning_curves(small, out / "learning_curves_time.png", "wall time")
@@ -547,14 +742,18 @@ def report(args: Report) -> int:
     md += [f"| {e} | {t * 1e6:.1f} | {cx[e]:.2f} |" for e, t in sorted(times.items(), key=lambda kv: kv[1])] + [""]
 
     charts = []
-    synced = [r for r in runs if r.synced]
-    if exp1 := [r for r in runs if not r.synced]:
+    of = lambda experiment: [r for r in runs if r.experiment == experiment]
+    if exp1 := of("exp1"):
         charts += exp1_section(exp1, cx, out, md)
-    if exp2 := [r for r in synced if r.model == "small"]:
+    if exp2 := of("exp2"):
         charts += exp2_section(exp2, cx, out, md)
-    if exp3 := [r for r in synced if r.env_id == "Acrobot-v1"]:
+    if exp3 := of("exp3"):
         charts += exp3_section(exp3, out, md)
-    if small := [r for r in runs if r.model == "small"]:
+    if cpuenv := of("cpuenv"):
+        charts += cpuenv_section(cpuenv, out, md)
+    if envscale := of("envscale"):
+        charts += envscale_section(envscale, out, md)
+    if small := [r for r in runs if r.model == "small" and r.experiment != "envscale"]:
         charts += learning_section(small, out, md)
 
     md += ["## Charts", ""] + [f"![{c}]({c})" for c in charts] + [""]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh: the seed's experiments as one resumable sweep, every run in a fresh process.
+# bench.sh: the seed's experiments, and ours, as one resumable sweep, every run in a fresh process.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -8,26 +8,35 @@ usage() {
 Usage: bash bench.sh [PRESET] [OPTIONS] [-- SCRIPT ARGS...]
 
 Presets (default: sweep)
-  sweep        warm-up, then Experiments 1, 2 and 3: the seed's whole schedule with our variants
-  quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 on CartPole-v1 with every variant, small
-               model, 10 iterations (21 runs, about 6 minutes on 2 CPU cores); then analyze.py
-  warmup|exp1|exp2|exp3
+  sweep        warm-up, Experiments 1, 2 and 3 (the seed's whole schedule with our variants),
+               then the CPU-environment and env-scaling experiments
+  quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
+               10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (36 runs, about
+               10 minutes on 2 CPU cores); then analyze.py
+  warmup|exp1|exp2|exp3|cpuenv|envscale
                one part of the schedule alone
-    warmup  Acrobot-v1, small, one fully compiled run per framework (not analysed)
-    exp1    every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
-    exp2    every env x every compile mode, small model, --sync-timing
-    exp3    Acrobot-v1 x every compile mode x 3 model sizes, --sync-timing
+    warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
+    exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
+    exp2     every env x every compile mode, small model, --sync-timing
+    exp3     Acrobot-v1 x every compile mode x 3 model sizes, --sync-timing
+    cpuenv   the envs with a CPU twin x {torch_gymnasium, linen_gymnasium, torch, torch_compile,
+             linen} x small and medium, --sync-timing: is it the framework or the environment?
+    envscale CartPole-v1 and Breakout-MinAtar x the cpuenv variants x --num-envs 8..2048, small,
+             --sync-timing, 128 steps, one epoch of minibatches of 1024, 4 iterations: rollout
+             throughput against the number of environments
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
   --repeats N        repeat the schedule N times; repeat r runs with seed r (default: 1)
-  --iterations N     --num-iterations for every run (default: each script's, 100)
+  --iterations N     --num-iterations for every run but envscale's (default: each script's, 100)
   --envs LIST        the envs of exp1 and exp2: a comma list of env ids, or seed (the seed's 12,
                      default), extra (the Gymnax 1.0 envs the seed lacked), all; exp3 runs
-                     only if the list has Acrobot-v1; the warm-up always runs
+                     only if the list has Acrobot-v1; cpuenv and envscale keep the listed
+                     envs that have a CPU twin; the warm-up always runs
   --variants LIST    comma list of variants (see below) to run instead of each experiment's own
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
-  --experiments LIST comma list of warmup,exp1,exp2,exp3 (a subset of the preset's)
+  --experiments LIST comma list of experiments (a subset of the preset's)
+  --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048)
   --dry-run          print one line per planned run, the exact command; run nothing
   --resume           skip runs that already have a summary.json (a half-finished run is
                      rerun in a new directory, never overwritten)
@@ -39,7 +48,7 @@ Everything after -- goes to every script, e.g. -- --num-envs 64
 
 Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
-  torch_compile-max-autotune
+  torch_compile-max-autotune torch_gymnasium linen_gymnasium linen_gymnasium-nojit
 Failures are logged to DIR/failures.log and the sweep goes on; the exit code is 1 if any
 run failed, 130 if interrupted.
 EOF
@@ -50,11 +59,15 @@ SEED_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 DiscountingChain-bsuite MemoryC
            Breakout-MinAtar Freeway-MinAtar SpaceInvaders-MinAtar)
 EXTRA_ENVS=(Seaquest-MinAtar Catch-bsuite DeepSea-bsuite SimpleBandit-bsuite FourRooms-misc
             MetaMaze-misc Pong-misc)
+TWIN_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 Asterix-MinAtar Breakout-MinAtar Freeway-MinAtar
+           SpaceInvaders-MinAtar Seaquest-MinAtar)                    # those with a Gymnasium twin
 MODELS=(small medium large)
 FRAMEWORKS=(linen nnx_cached equinox torch_compile)                  # warm-up: each fully compiled
 AS_MEANT=(linen nnx nnx_cached equinox torch torch_compile)          # Experiment 1
 COMPILE_MODES=(linen-nojit linen nnx-nojit nnx nnx_cached equinox     # Experiments 2 and 3
                torch-nojitenv torch torch_compile torch_compile-default)
+CPU_ENV_VARIANTS=(torch_gymnasium linen_gymnasium torch torch_compile linen)  # cpuenv and envscale
+ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envscale
 PYTHON=${PYTHON:-python}
 
 # the script and flags of a variant; the scripts name their run directories after it
@@ -72,6 +85,9 @@ variant_command() {
     torch_compile) echo "ppo_torch_compile.py" ;;
     torch_compile-default|torch_compile-reduce-overhead|torch_compile-max-autotune)
       echo "ppo_torch_compile.py --compile-mode ${1#torch_compile-}" ;;
+    torch_gymnasium) echo "ppo_torch_gymnasium.py" ;;
+    linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
+    linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
     *) return 1 ;;
   esac
 }
@@ -81,7 +97,7 @@ split() { tr ',' ' ' <<<"$1"; }
 contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 
 preset=sweep out=runs repeats=1 iterations="" envs_opt="" variants_opt="" models_opt=""
-experiments_opt="" dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=()
+experiments_opt="" counts_opt="" dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=()
 if [[ $# -gt 0 && $1 != -* ]]; then preset=$1; shift; fi
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -92,6 +108,7 @@ while [[ $# -gt 0 ]]; do
     --variants) variants_opt=${2:?--variants needs a list}; shift 2 ;;
     --models) models_opt=${2:?--models needs a list}; shift 2 ;;
     --experiments) experiments_opt=${2:?--experiments needs a list}; shift 2 ;;
+    --env-counts) counts_opt=${2:?--env-counts needs a list}; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --resume) resume=1; shift ;;
     --shard) shard=${2:-}; shift 2 ;;
@@ -109,10 +126,10 @@ shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
 ((shard_i < shard_n)) || die "--shard must be I/N with 0 <= I < N, got '$shard'"
 
 case $preset in
-  sweep) experiments=(warmup exp1 exp2 exp3) ;;
-  quick) experiments=(exp1 exp2); [[ -n $iterations ]] || iterations=10 ;;
-  warmup|exp1|exp2|exp3) experiments=("$preset") ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2 or exp3" ;;
+  sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale) ;;
+  quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=10 ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale) experiments=("$preset") ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv or envscale" ;;
 esac
 if [[ -n $experiments_opt ]]; then
   for e in $(split "$experiments_opt"); do
@@ -138,16 +155,20 @@ for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unkn
 model_filter=($(split "$models_opt"))
 for m in "${model_filter[@]}"; do contains "$m" "${MODELS[@]}" || die "unknown model '$m': small, medium, large"; done
 
-# ---- the plan: one line per run, "experiment repeat env variant model sync"
+# ---- the plan: one line per run, "experiment repeat env variant model sync subfolder args"
+# (args: the run's own script arguments, comma-separated, or -)
 plan=()
-add() {  # experiment sync envs... -- variants... -- models...
-  local exp=$1 sync=$2; shift 2
+add() {  # experiment sync subfolder args envs... -- variants... -- models...
+  local exp=$1 sync=$2 sub=$3 args=$4; shift 4
   local envs=() variants=() models=()
   while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
   while [[ $1 != -- ]]; do variants+=("$1"); shift; done; shift
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale) ]]; then  # the listed twins
+    local kept=(); for e in "${env_filter[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && kept+=("$e"); done
+    envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup ]]; then
     envs=("${env_filter[@]}")
   fi
@@ -158,21 +179,37 @@ add() {  # experiment sync envs... -- variants... -- models...
   fi
   for r in $(seq 1 "$repeats"); do
     for env in "${envs[@]}"; do for variant in "${variants[@]}"; do for model in "${models[@]}"; do
-      plan+=("$exp $r $env $variant $model $sync")
+      plan+=("$exp $r $env $variant $model $sync $sub $args")
     done; done; done
   done
 }
 exp1_envs=("${SEED_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("${SEED_ENVS[@]}") modes=("${COMPILE_MODES[@]}")
+cpuenv_envs=() scale_envs=(CartPole-v1 Breakout-MinAtar) counts=("${ENV_COUNTS[@]}")
+for e in "${SEED_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
+cpuenv_models=(small medium)
 if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
   exp1_envs=(CartPole-v1 Acrobot-v1) exp1_models=(small) exp2_envs=(CartPole-v1)
   modes=(linen-nojit linen nnx-nojit nnx nnx_cached equinox torch-nojitenv torch torch_compile)
+  cpuenv_envs=(CartPole-v1) cpuenv_models=(small) scale_envs=(CartPole-v1) counts=(16 128)
+fi
+if [[ -n $counts_opt ]]; then
+  counts=($(split "$counts_opt"))
+  for n in "${counts[@]}"; do  # minibatches of 1024 from 128 steps: a multiple of 8 envs
+    [[ $n =~ ^[1-9][0-9]*$ ]] && ((n % 8 == 0)) || die "--env-counts must be multiples of 8, got '$n'"
+  done
 fi
 for exp in "${experiments[@]}"; do
   case $exp in
-    warmup) add warmup async Acrobot-v1 -- "${FRAMEWORKS[@]}" -- small ;;
-    exp1) add exp1 async "${exp1_envs[@]}" -- "${AS_MEANT[@]}" -- "${exp1_models[@]}" ;;
-    exp2) add exp2 sync "${exp2_envs[@]}" -- "${modes[@]}" -- small ;;
-    exp3) add exp3 sync Acrobot-v1 -- "${modes[@]}" -- "${MODELS[@]}" ;;
+    warmup) add warmup async - - Acrobot-v1 -- "${FRAMEWORKS[@]}" -- small ;;
+    exp1) add exp1 async - - "${exp1_envs[@]}" -- "${AS_MEANT[@]}" -- "${exp1_models[@]}" ;;
+    exp2) add exp2 sync - - "${exp2_envs[@]}" -- "${modes[@]}" -- small ;;
+    exp3) add exp3 sync - - Acrobot-v1 -- "${modes[@]}" -- "${MODELS[@]}" ;;
+    cpuenv) add cpuenv sync - - "${cpuenv_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- "${cpuenv_models[@]}" ;;
+    envscale)  # 128 steps, minibatches of 1024, one epoch: only the rollout is measured
+      for n in "${counts[@]}"; do
+        add envscale sync "envs$n" "--num-envs,$n,--num-steps,128,--num-minibatches,$((n / 8)),--update-epochs,1,--num-iterations,4" \
+          "${scale_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- small
+      done ;;
   esac
 done
 
@@ -196,14 +233,16 @@ stop_run() {
 for i in "${!plan[@]}"; do
   ((i % shard_n == shard_i)) || continue
   ((interrupted)) && break
-  read -r exp r env variant model sync <<<"${plan[$i]}"
+  read -r exp r env variant model sync sub args <<<"${plan[$i]}"
   read -ra script <<<"$(variant_command "$variant")"
-  cmd=("$PYTHON" "${script[@]}" --env-id "$env" --model "$model" --seed "$r" --log-dir "$out/$exp/r$r")
+  slot="$out/$exp/r$r"
+  [[ $sub == - ]] || slot="$slot/$sub"
+  cmd=("$PYTHON" "${script[@]}" --env-id "$env" --model "$model" --seed "$r" --log-dir "$slot")
   [[ $sync == sync ]] && cmd+=(--sync-timing)
-  [[ -n $iterations ]] && cmd+=(--num-iterations "$iterations")
+  [[ $args == - ]] || cmd+=($(split "$args"))
+  [[ -n $iterations && $exp != envscale ]] && cmd+=(--num-iterations "$iterations")  # envscale keeps its 4
   cmd+=("${extra[@]}")
   if ((dry_run)); then printf '[%s r%s]' "$exp" "$r"; printf ' %q' "${cmd[@]}"; echo; continue; fi
-  slot="$out/$exp/r$r"
   if ((resume)) && compgen -G "$slot/${env}__${variant}__${model}__s${r}__*/summary.json" >/dev/null; then
     skipped=$((skipped + 1)); continue
   fi

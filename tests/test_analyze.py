@@ -15,13 +15,13 @@ SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", 
                  "time/rollout_mean_8_end", "time/update_mean_8_end")
 
 
-def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0):
-    """A run directory as the scripts write it, with the given durations."""
+def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, **args):
+    """A run directory as the scripts write it, with the given durations (and arguments)."""
     from tensorboard.summary import Writer
 
     run_dir = root / f"{env_id}__{variant}__{model}__s{seed}__{1_000_000 + seed}"
     run_dir.mkdir(parents=True)
-    info = {"args": {"env_id": env_id, "model": model, "seed": seed, "sync_timing": synced},
+    info = {"args": {"env_id": env_id, "model": model, "seed": seed, "sync_timing": synced, **args},
             "variant": variant, "versions": {"python": "3.11", "jax": "0.10.2"}, "device": "cpu",
             "cpu": "Test CPU", "start_time": 1000.0}
     (run_dir / "run.json").write_text(json.dumps(info))
@@ -55,7 +55,8 @@ def synthetic(tmp_path):
         fake_run(runs, "torch", "CartPole-v1", "small", seed, total, [x * 2 for x in ITERATIONS])
     fake_run(runs, "linen", "Acrobot-v1", "small", 1, 10.0, ITERATIONS)
     fake_run(runs, "torch", "Acrobot-v1", "small", 1, 20.0, [x * 3 for x in ITERATIONS])
-    fake_run(runs, "linen", "Acrobot-v1", "small", 3, 1.0, ITERATIONS, synced=True)  # Experiment 2/3
+    fake_run(runs, "linen", "Acrobot-v1", "small", 3, 1.0, ITERATIONS, synced=True)  # Experiment 2
+    fake_run(runs, "linen", "Acrobot-v1", "medium", 3, 1.0, ITERATIONS, synced=True)  # Experiment 3
     out = tmp_path / "results"
     out.mkdir()
     # the x axis without measuring: CartPole steps twice as fast as Acrobot
@@ -72,7 +73,7 @@ def test_speedups_by_hand(synthetic):
     runs_dir, _ = synthetic
     a = load("analyze.py")
     runs, skipped = a.find_runs([str(runs_dir)])
-    assert not skipped and len(runs) == 7
+    assert not skipped and len(runs) == 8
     exp1 = [r for r in runs if not r.synced]
     (row,) = a.speedup_table(exp1, a.total_time, [("torch", "linen")])
     # CartPole: every repeat pair, 30/10, 30/20, 60/10, 60/20 = 3, 1.5, 6, 3; Acrobot: 20/10 = 2
@@ -111,6 +112,44 @@ def test_report_written(synthetic):
     assert before == after, "analyze.py changed a run directory"
 
 
+def test_cpu_env_experiments_by_hand(tmp_path):
+    """The 2x2's speedups and the env-scaling throughputs, on runs whose durations are known."""
+    runs, out = tmp_path / "runs", tmp_path / "results"
+    # cpuenv: each corner's iterations a known multiple of ITERATIONS, on two envs
+    corners = {"torch_gymnasium": 8.0, "torch": 2.0, "linen_gymnasium": 4.0, "linen": 1.0}
+    for env, scale in (("CartPole-v1", 1.0), ("Breakout-MinAtar", 3.0)):
+        for variant, factor in corners.items():
+            fake_run(runs / "cpuenv" / "r1", variant, env, "small", 1, 10.0,
+                     [x * factor * scale for x in ITERATIONS], synced=True)
+    # envscale: a rollout (a quarter of each iteration) of 0.1 s for 8 and 16 envs, 0.19 s for 32
+    for n, seconds in ((8, 0.4), (16, 0.4), (32, 0.76)):
+        fake_run(runs / "envscale" / "r1" / f"envs{n}", "linen", "CartPole-v1", "small", 1, 10.0,
+                 [4.0, seconds, seconds, seconds], synced=True, num_envs=n, num_steps=128)
+    out.mkdir()
+    (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Breakout-MinAtar": 2e-5}))
+    raw = {f"CartPole-v1|{kind}|{n}": 1000.0 * n for kind in ("gymnax", "gymnasium", "gymnasium-numpy")
+           for n in (8, 16, 32)}
+    (out / "envscale.json").write_text(json.dumps(raw))  # the env-alone lines, without measuring
+
+    a = load("analyze.py")
+    loaded, _ = a.find_runs([str(runs)])
+    assert {r.experiment for r in loaded} == {"cpuenv", "envscale"}
+    envscale = [r for r in loaded if r.experiment == "envscale"]
+    assert sorted(a.rollout_throughput(r) for r in envscale) == pytest.approx([8 * 128 / 0.1, 16 * 128 / 0.1,
+                                                                                32 * 128 / 0.19])
+    assert a.saturation({8: 10.0, 16: 19.0, 32: 20.0, 64: 20.5}) == 16
+    proc = analyze(runs, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    # steady iterations: 8 vs 2, 8 vs 1, 8 vs 4 times the same base, on both envs
+    assert "| the environment moved to JAX | torch_gymnasium → torch | small | 4.00x |" in report
+    assert "| everything moved to JAX | torch_gymnasium → linen | small | 8.00x |" in report
+    assert "| the framework alone, CPU env | torch_gymnasium → linen_gymnasium | small | 2.00x |" in report
+    assert "| CartPole-v1 | linen | 10,240 | 20,480 | 21,558 | 16 |" in report
+    for chart in ("cpuenv_2x2", "envscale"):
+        assert (out / f"{chart}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({chart}.png)" in report
+
+
 def test_broken_runs_reported_and_skipped(synthetic):
     runs_dir, out = synthetic
     partial = fake_run(runs_dir, "linen", "CartPole-v1", "small", 7, 10.0, ITERATIONS)
@@ -133,7 +172,7 @@ def test_broken_runs_reported_and_skipped(synthetic):
     assert not any("not_a_run" in w for w in warnings)
     assert len(warnings) == 4
     report = (out / "REPORT.md").read_text()
-    assert "7 runs read" in report and "4 skipped" in report
+    assert "8 runs read" in report and "4 skipped" in report
 
 
 def test_no_runs_is_an_error(tmp_path):

@@ -35,13 +35,35 @@ def per_experiment(lines) -> Counter:
 def test_full_schedule():
     lines = planned("sweep")
     # warm-up: a run per framework; exp1: 12 envs x 6 variants x 3 sizes; exp2: 12 envs x 10 modes;
-    # exp3: Acrobot x 10 modes x 3 sizes -- the seed's 231 runs per repeat, with our variants added
-    assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30}
-    assert all("--sync-timing" in line for line in lines if line.startswith(("[exp2", "[exp3")))
+    # exp3: Acrobot x 10 modes x 3 sizes -- the seed's 231 runs per repeat, with our variants added;
+    # cpuenv: the 7 seed envs with a CPU twin x 5 variants x 2 sizes; envscale: 2 envs x 5 x 9 counts
+    assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 70,
+                                     "envscale": 90}
+    assert all("--sync-timing" in line for line in lines if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")))
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
     assert len(set(lines)) == len(lines)
     assert "python ppo_torch.py --no-jit-env --env-id Freeway-MinAtar --model small --seed 1 " \
            "--log-dir runs/exp2/r1 --sync-timing" in "\n".join(lines)
+
+
+def test_envscale_keeps_the_minibatch_and_a_folder_per_count():
+    lines = planned("envscale", "--iterations", "50")
+    assert len(lines) == 2 * 5 * 9
+    for n in (8, 64, 2048):
+        mine = [line for line in lines if f"--num-envs {n} " in line]
+        assert len(mine) == 10
+        # minibatch = n * 128 steps / (n / 8) = 1024; each count in its own folder, so --resume
+        # never takes one count's finished run for another's; envscale keeps its own 4 iterations
+        assert all(f"--log-dir runs/envscale/r1/envs{n} " in line and f"--num-minibatches {n // 8} " in line
+                   and line.endswith("--num-iterations 4") for line in mine), mine[0]
+    assert {line.split()[3] for line in lines} == {"ppo_torch_gymnasium.py", "ppo_linen_gymnasium.py", "ppo_torch.py",
+                                                   "ppo_torch_compile.py", "ppo_linen.py"}
+
+
+def test_cpuenv_keeps_the_listed_envs_with_a_twin():
+    lines = planned("cpuenv", "--envs", "CartPole-v1,DeepSea-bsuite,Seaquest-MinAtar", "--models", "small")
+    assert sorted({line.split()[5] for line in lines}) == ["CartPole-v1", "Seaquest-MinAtar"]
+    assert len(lines) == 2 * 5
 
 
 def test_repeats_use_their_own_seed():
@@ -52,7 +74,7 @@ def test_repeats_use_their_own_seed():
 
 def test_filters():
     assert per_experiment(planned("sweep", "--envs", "CartPole-v1,Acrobot-v1", "--models", "small")) == \
-        {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10}
+        {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": 10, "envscale": 90}
     lines = planned("exp2", "--variants", "linen,torch_compile")
     assert len(lines) == 24 and all("ppo_linen.py" in x or "ppo_torch_compile.py" in x for x in lines)
     assert len(planned("exp1", "--envs", "extra", "--models", "large")) == 7 * 6
