@@ -43,6 +43,11 @@ Options
   --shard I/N        run only planned runs I, I+N, I+2N, ... (N GPUs or a SLURM job array)
   --warm-cache       keep torch.compile's on-disk cache between runs (default: every run
                      compiles cold, in an empty TORCHINDUCTOR_CACHE_DIR)
+  --slurm N          submit the plan to SLURM instead of running it: a job array of N tasks
+                     (task i runs --shard i/N with all the other options), then an analysis
+                     job that starts once all of them have ended (analyze.py -> DIR/results);
+                     task logs in DIR/slurm/; with --dry-run, print the two sbatch commands
+  --sbatch "ARGS"    sbatch options for both jobs, e.g. "--partition=gpu --gpus=1 --time=24:00:00"
   -h, --help         this text
 Everything after -- goes to every script, e.g. -- --num-envs 64
 
@@ -97,8 +102,9 @@ split() { tr ',' ' ' <<<"$1"; }
 contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 
 preset=sweep out=runs repeats=1 iterations="" envs_opt="" variants_opt="" models_opt=""
-experiments_opt="" counts_opt="" dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=()
+experiments_opt="" counts_opt="" dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=() slurm_tasks="" sbatch_args=""
 if [[ $# -gt 0 && $1 != -* ]]; then preset=$1; shift; fi
+argv=("$@")  # what each SLURM task is given again
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) out=${2:?--out needs a directory}; shift 2 ;;
@@ -113,6 +119,8 @@ while [[ $# -gt 0 ]]; do
     --resume) resume=1; shift ;;
     --shard) shard=${2:-}; shift 2 ;;
     --warm-cache) warm_cache=1; shift ;;
+    --slurm) slurm_tasks=${2:-}; shift 2 ;;
+    --sbatch) sbatch_args=${2?--sbatch needs its options in one argument}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -124,6 +132,12 @@ done
 [[ $shard =~ ^([0-9]+)/([1-9][0-9]*)$ ]] || die "--shard must be I/N with 0 <= I < N, got '$shard'"
 shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
 ((shard_i < shard_n)) || die "--shard must be I/N with 0 <= I < N, got '$shard'"
+if [[ -n $slurm_tasks ]]; then
+  [[ $slurm_tasks =~ ^[1-9][0-9]*$ ]] || die "--slurm must be a positive number of tasks, got '$slurm_tasks'"
+  ((shard_n == 1)) || die "--slurm makes its own shards: drop --shard"
+  ((dry_run)) || command -v sbatch >/dev/null ||
+    die "--slurm needs sbatch on PATH: run bench.sh on a SLURM cluster's login node"
+fi
 
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale) ;;
@@ -213,6 +227,46 @@ for exp in "${experiments[@]}"; do
   esac
 done
 
+# ---- --slurm N: the plan as a job array of N shards, then the analysis once every shard has ended
+if [[ -n $slurm_tasks ]]; then
+  forward=() i=0  # every option but --slurm, --sbatch and --dry-run, then the task's shard, -- and the rest
+  while ((i < ${#argv[@]})); do
+    case ${argv[i]} in
+      --slurm|--sbatch) i=$((i + 2)) ;;
+      --dry-run) i=$((i + 1)) ;;
+      --) break ;;
+      *) forward+=("${argv[i]}"); i=$((i + 1)) ;;
+    esac
+  done
+  here=$(pwd) logs="$out/slurm"
+  task="$(printf '%q ' bash "$here/bench.sh" "$preset" "${forward[@]}")--shard \$SLURM_ARRAY_TASK_ID/$slurm_tasks"
+  ((${#extra[@]})) && task+=" --$(printf ' %q' "${extra[@]}")"
+  analysis="$(printf '%q ' "$PYTHON" "$here/analyze.py" "$out" --out "$out/results")"
+  analysis="if [ -s $(printf %q "$out/failures.log") ]; then cat $(printf %q "$out/failures.log"); fi; $analysis"
+  read -ra sbatch_opts <<<"$sbatch_args"
+  array_cmd=(sbatch --parsable --job-name=benchback --array="0-$((slurm_tasks - 1))" --chdir="$here"
+             --output="$logs/task_%a.out" "${sbatch_opts[@]}" --wrap="$task")
+  analysis_cmd=(sbatch --parsable --job-name=benchback-analysis --chdir="$here" --output="$logs/analysis.out"
+                "${sbatch_opts[@]}" --wrap="$analysis")
+  if ((dry_run)); then
+    printf '%q ' "${array_cmd[@]}"; echo
+    printf '%q ' "${analysis_cmd[@]:0:2}" --dependency=afterany:ARRAY_ID "${analysis_cmd[@]:2}"; echo
+    echo "${#plan[@]} planned runs in $slurm_tasks tasks (dry run: nothing submitted)"
+    exit 0
+  fi
+  mkdir -p "$logs"
+  array_id=$("${array_cmd[@]}") || die "sbatch refused the job array (see above)"
+  array_id=${array_id%%;*}  # --parsable prints id;cluster on a federation
+  analysis_id=$("${analysis_cmd[@]:0:2}" --dependency="afterany:$array_id" "${analysis_cmd[@]:2}") ||
+    die "sbatch refused the analysis job (the array $array_id is queued: scancel $array_id)"
+  analysis_id=${analysis_id%%;*}
+  echo "bench.sh: submitted job array $array_id (${#plan[@]} planned runs in $slurm_tasks tasks) and analysis job $analysis_id"
+  echo "  runs:     $out/<experiment>/r<repeat>/  (resubmit with --resume to finish an interrupted sweep)"
+  echo "  logs:     $logs/task_<i>.out, $logs/analysis.out; failed runs in $out/failures.log"
+  echo "  report:   $out/results/REPORT.md, once job $analysis_id has run (squeue -j $array_id,$analysis_id)"
+  exit 0
+fi
+
 # ---- run it
 mkdir -p "$out"
 failures="$out/failures.log"
@@ -276,7 +330,7 @@ done
 if ((dry_run)); then echo "$planned planned runs (dry run: nothing executed)"; exit 0; fi
 echo "bench.sh: $ran ran, $skipped skipped, $failed failed of $planned planned (shard $shard_i/$shard_n)"
 ((interrupted)) && exit 130
-if [[ $preset == quick && $failed -eq 0 && -f analyze.py ]]; then
+if [[ $preset == quick && $failed -eq 0 && $shard_n -eq 1 && -f analyze.py ]]; then
   $PYTHON analyze.py "$out" --out "${QUICK_RESULTS:-$out/results}"
 fi
 ((failed == 0)) || exit 1
