@@ -12,7 +12,7 @@ Presets (default: sweep)
                then the CPU-environment and env-scaling experiments
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (36 runs, about
-               10 minutes on 2 CPU cores); then analyze.py
+               8.5 minutes on 2 CPU cores); then analyze.py
   warmup|exp1|exp2|exp3|cpuenv|envscale
                one part of the schedule alone
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
