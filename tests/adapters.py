@@ -86,10 +86,15 @@ class Linen(Adapter):
         used = self.state.opt_state[1].hyperparams["learning_rate"]
         return self.canonical(self.state.params), float(used), float(stats["learning_rate"])
 
+    @property
+    def policy(self):
+        """What the script's rollout() takes first: Linen's train state, the others' model."""
+        return self.state
+
     def run_rollout(self, env, env_params, env_key, runner_key):
         obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
         runner = self.m.Runner(runner_key, env_state, obs)
-        runner, batch, stats = self.m.rollout(self.state, runner, env, env_params, self.args)
+        runner, batch, stats = self.m.rollout(self.policy, runner, env, env_params, self.args)
         return runner.obs, batch, stats
 
 
@@ -127,11 +132,9 @@ class NNX(Linen):
         used = self.optimizer.opt_state[1].hyperparams["learning_rate"][...]
         return self.canonical(self.nnx.state(self.model)), float(used), float(stats["learning_rate"])
 
-    def run_rollout(self, env, env_params, env_key, runner_key):
-        obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
-        runner = self.m.Runner(runner_key, env_state, obs)
-        runner, batch, stats = self.m.rollout(self.model, runner, env, env_params, self.args)
-        return runner.obs, batch, stats
+    @property
+    def policy(self):
+        return self.model
 
 
 class Equinox(NNX):
