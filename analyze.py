@@ -1,6 +1,8 @@
 """analyze.py: benchback's TensorBoard logs -> the seed's charts and tables, ours, and REPORT.md.
 
     python analyze.py runs/ [more run folders...] --out results
+    python analyze.py results/study.tar.xz --out results   # the same, from an archive
+    python analyze.py archive runs/study --out results/study.tar.xz   # pack what it reads
     python analyze.py envtime --out results       # env step times (the charts' x axis), cached
 
 Reads every run directory below the given folders (one with a run.json) with
@@ -13,6 +15,8 @@ import json
 import math
 import os
 import sys
+import tarfile
+import tempfile
 import time
 import warnings
 from collections import defaultdict
@@ -131,15 +135,34 @@ def find_runs(roots: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
     for root in roots:
         if not Path(root).exists():
             skipped.append((Path(root), "does not exist"))
+        elif Path(root).is_file() and tarfile.is_tarfile(root):
+            with tempfile.TemporaryDirectory() as tmp:  # every run is read whole before it goes
+                with tarfile.open(root) as tar:
+                    tar.extractall(tmp, filter="data")
+                found, bad = runs_below(Path(tmp))
+            # named inside the archive, so the report is the same wherever it was unpacked
+            inside = lambda path: Path(root) / path.relative_to(tmp)
+            for run in found:
+                run.path = inside(run.path)
+            runs += found
+            skipped += [(inside(path), why) for path, why in bad]
+        else:
+            found, bad = runs_below(Path(root))
+            runs += found
+            skipped += bad
+    return runs, skipped
+
+
+def runs_below(root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
+    runs, skipped = [], []
+    for run_json in sorted(root.rglob("run.json")):
+        run_dir = run_json.parent
+        if "warmup" in run_dir.parts:
             continue
-        for run_json in sorted(Path(root).rglob("run.json")):
-            run_dir = run_json.parent
-            if "warmup" in run_dir.parts:
-                continue
-            try:
-                runs.append(load_run(run_dir))
-            except ValueError as e:
-                skipped.append((run_dir, str(e)))
+        try:
+            runs.append(load_run(run_dir))
+        except ValueError as e:
+            skipped.append((run_dir, str(e)))
     return runs, skipped
 
 
@@ -277,6 +300,12 @@ def speedup_table(runs: list[Run], value, pairs) -> list[dict]:
                          "median": float(np.median(flat)), "ci_low": low, "ci_high": high,
                          "envs": len(per_env), "ratios": len(flat)})
     return rows
+
+
+def bucket_means(runs: list[Run], variant: str, model: str) -> tuple[float, float, float] | None:
+    """The buckets' means over a variant's runs of one model size."""
+    buckets = [iteration_buckets(r) for r in runs if r.variant == variant and r.model == model]
+    return tuple(float(np.nanmean(col)) for col in zip(*buckets)) if buckets else None
 
 
 def iteration_buckets(run: Run) -> tuple[float, float, float]:
@@ -487,9 +516,8 @@ def exp1_section(exp1: list[Run], cx: dict, out: Path, md: list[str]) -> list[st
     rows = []
     for v in variant_order({r.variant for r in exp1}):
         for model in MODELS:
-            buckets = [iteration_buckets(r) for r in exp1 if r.variant == v and r.model == model]
-            if buckets:
-                rows.append([v, model, len(buckets), *(float(np.nanmean(col)) for col in zip(*buckets))])
+            if means := bucket_means(exp1, v, model):
+                rows.append([v, model, sum(r.variant == v and r.model == model for r in exp1), *means])
     emit("Overhead: mean seconds per iteration by bucket",
          ["variant", "model", "runs", "iteration 0", "iterations 1..7", "iterations 8..end"], rows, md)
     plot_speedups(exp1, pairs, steady("time/iteration"), "Steady-state speedup (iterations 8..end)",
@@ -705,20 +733,115 @@ def envscale_section(runs: list[Run], out: Path, md: list[str]) -> list[str]:
     return ["envscale.png"]
 
 
-def learning_section(small: list[Run], out: Path, md: list[str]) -> list[str]:
+# ---- the seed's findings (its README, measured on a GPU) next to what these runs say
+def speedup_cell(runs: list[Run], slow: str, fast: str, value, model: str, envs=None) -> str:
+    """'2.75x [2.54, 2.95], 12 envs' for one pair and model size, or 'not run'."""
+    rows = [r for r in speedup_table([r for r in runs if envs is None or r.env_id in envs], value, [(slow, fast)])
+            if r["model"] == model]
+    if not rows:
+        return "not run"
+    r = rows[0]
+    return f"{r['geomean']:.2f}x [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}], {r['envs']} env{'s' * (r['envs'] > 1)}"
+
+
+def size_trend(exp1: list[Run], slow: str, fast: str) -> str:
+    """The speedup at each model size, on the envs run at every size (so only the size differs)."""
+    sizes = [m for m in MODELS if any(r.model == m and r.variant == slow for r in exp1)]
+    envs = set.intersection(*[{r.env_id for r in exp1 if r.model == m and r.variant == v}
+                              for m in sizes for v in (slow, fast)]) if sizes else set()
+    if len(sizes) < 2 or not envs:
+        return "not run"
+    cells = [speedup_cell(exp1, slow, fast, total_time, m, envs).split(" [")[0] for m in sizes]
+    return f"{' / '.join(cells)} ({' / '.join(sizes)}; on {', '.join(sorted(envs))})"
+
+
+def complexity_trend(exp1: list[Run], slow: str, fast: str, cx: dict, model: str = "small") -> str:
+    """How the speedup changes with env complexity: the log-log slope over envs, and the two ends."""
+    per_env = {env: geomean(r) for (env, m), r in pair_ratios(exp1, slow, fast, total_time).items()
+               if m == model and env in cx}
+    if len(per_env) < 3:
+        return "not run"
+    envs = sorted(per_env, key=cx.get)
+    slope = np.polyfit(np.log10([cx[e] for e in envs]), np.log10([per_env[e] for e in envs]), 1)[0]
+    return (f"{10 ** slope:.2f}x per 10x env complexity over {len(envs)} envs: {per_env[envs[0]]:.2f}x on "
+            f"{envs[0]} (simplest), {per_env[envs[-1]]:.2f}x on {envs[-1]} (most complex)")
+
+
+def overhead_cell(exp1: list[Run], variants, model: str = "small", bucket: int | None = None) -> str:
+    """Per variant: iterations 1..7 against 8..end (bucket None), or one bucket's seconds."""
+    cells = []
+    for v in variants:
+        if means := bucket_means(exp1, v, model):
+            cells.append(f"{v} {means[1] / means[2]:.2f}x" if bucket is None else f"{v} {fmt(means[bucket])} s")
+    return ", ".join(cells) or "not run"
+
+
+def findings_section(exp1: list[Run], exp2: list[Run], cx: dict, md: list[str]):
+    md += ["## The seed's findings next to ours", "",
+           "The seed's claims as its README states them (on a GPU); ours from these runs. Speedups are "
+           "geometric means of total run time (Experiment 1) with 95% bootstrap intervals over envs.", ""]
+    steady_time = steady("time/iteration")
+    rows = [
+        ["Linen vs NNX, small model", "1.2x (geometric mean 1.25x)", speedup_cell(exp1, "nnx", "linen", total_time, "small")],
+        ["Linen vs NNX, large model", "1.05x", speedup_cell(exp1, "nnx", "linen", total_time, "large")],
+        ["Linen vs NNX without overheads (iterations 8..end), small", "1.02x",
+         speedup_cell(exp1, "nnx", "linen", steady_time, "small")],
+        ["Linen vs PyTorch, small model", "6x (geometric mean 5.88x)",
+         speedup_cell(exp1, "torch", "linen", total_time, "small")],
+        ["Linen vs PyTorch (compiled), small model", "– (its torch.compile compiled nothing)",
+         speedup_cell(exp1, "torch_compile", "linen", total_time, "small")],
+        ["Linen vs PyTorch, large model", "1.7x (geometric mean 1.69x)",
+         speedup_cell(exp1, "torch", "linen", total_time, "large")],
+        ["The gap shrinks with model size (torch → linen)", "5.88x / 4.62x / 1.69x (small / medium / large)",
+         size_trend(exp1, "torch", "linen")],
+        ["The gap shrinks with env complexity (torch → linen, small)", "smaller speedup on more complex envs",
+         complexity_trend(exp1, "torch", "linen", cx)],
+        ["NNX vs Linen grows with env complexity (nnx → linen, small)", "larger speedup on more complex envs",
+         complexity_trend(exp1, "nnx", "linen", cx)],
+        ["NNX has extra overhead in iterations 1..7 (their mean against 8..end, small)",
+         "NNX yes, growing with model and env; Linen little", overhead_cell(exp1, ("nnx", "nnx_cached", "linen"))],
+        ["PyTorch's iteration times are flat from iteration 1 (1..7 against 8..end, small)",
+         "no secondary overhead", overhead_cell(exp1, ("torch", "torch_compile", "linen"))],
+        ["PyTorch has the smallest first-iteration overhead (iteration 0, small)", "for most envs",
+         overhead_cell(exp1, ("torch", "torch_compile", "linen", "nnx"), bucket=0)],
+        ["Without jit, Linen and NNX fall behind PyTorch (synced iteration, small)",
+         "slower than torch on all but one env",
+         "; ".join(f"{v} → torch {speedup_cell(exp2, v, 'torch', steady_time, 'small')}"
+                   for v in ("linen-nojit", "nnx-nojit"))],
+    ]
+    emit("One row per claim of the seed's README", ["claim", "seed (GPU)", "ours"], rows, md)
+
+
+def bootstrap_mean_ci(x, n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of the mean, resampling runs (one per seed)."""
+    if len(x) < 2:
+        return (math.nan, math.nan)
+    means = np.random.default_rng(seed).choice(np.asarray(x, float), (n, len(x))).mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def learning_section(small: list[Run], parity: list[Run], out: Path, md: list[str]) -> list[str]:
     plot_learning_curves(small, out / "learning_curves.png", "steps")
     plot_learning_curves(small, out / "learning_curves_time.png", "wall time")
     md += ["## Learning parity", "",
-           "Mean return of the episodes that ended in the last 10 iterations: the variants should learn alike.", ""]
+           "Per run, the mean return of the episodes that ended in the last 10 iterations; per variant, the "
+           "mean over runs (seeds) with a 95% bootstrap interval resampling runs. \"differs\" marks an "
+           f"interval that does not overlap {REFERENCE}'s: the variants should learn alike.", ""]
     rows = []
-    for env in sorted({r.env_id for r in small}):
-        for v in variant_order({r.variant for r in small if r.env_id == env}):
-            finals = [r.summary.get("charts/episodic_return_final") for r in small if r.env_id == env and r.variant == v]
-            finals = [f for f in finals if f is not None]
-            if finals:
-                rows.append([env, v, len(finals), float(np.mean(finals)),
-                             float(np.std(finals)) if len(finals) > 1 else None])
-    emit("Final return (small model)", ["env", "variant", "runs", "mean", "std"], rows, md)
+    for env in sorted({r.env_id for r in parity}):
+        for model in MODELS:
+            finals = {v: [f for r in parity if (r.env_id, r.model, r.variant) == (env, model, v)
+                          if (f := r.summary.get("charts/episodic_return_final")) is not None]
+                      for v in variant_order({r.variant for r in parity if (r.env_id, r.model) == (env, model)})}
+            ref = bootstrap_mean_ci(finals.get(REFERENCE, []))
+            for v, f in finals.items():
+                if not f:
+                    continue
+                low, high = bootstrap_mean_ci(f)
+                differs = v != REFERENCE and (high < ref[0] or low > ref[1])  # False when either is NaN
+                rows.append([env, model, v, len(f), float(np.mean(f)), f"[{fmt(low)}, {fmt(high)}]",
+                             "differs" if differs else ""])
+    emit("Final return", ["env", "model", "variant", "runs", "mean", "95% CI", f"vs {REFERENCE}"], rows, md)
     return ["learning_curves.png", "learning_curves_time.png"]
 
 
@@ -753,8 +876,10 @@ def report(args: Report) -> int:
         charts += cpuenv_section(cpuenv, out, md)
     if envscale := of("envscale"):
         charts += envscale_section(envscale, out, md)
+    if exp1:
+        findings_section(exp1, of("exp2"), cx, md)
     if small := [r for r in runs if r.model == "small" and r.experiment != "envscale"]:
-        charts += learning_section(small, out, md)
+        charts += learning_section(small, exp1 or small, out, md)  # parity over Experiment 1's seeds
 
     md += ["## Charts", ""] + [f"![{c}]({c})" for c in charts] + [""]
     if skipped:
@@ -764,7 +889,35 @@ def report(args: Report) -> int:
     return 0
 
 
+@dataclass
+class Archive:
+    """Packs what the report reads of every complete run (run.json, summary.json and the event
+    files; not the console logs) into one .tar.xz that analyze.py reads as it reads a folder."""
+
+    runs: tyro.conf.Positional[tuple[str, ...]] = ("runs",)
+    """folders holding run directories; each goes in the archive under its own name"""
+    out: str = "results/study.tar.xz"
+    """the archive to write"""
+
+
+def archive(args: Archive) -> int:
+    count = 0
+    with tarfile.open(args.out, "w:xz", preset=9) as tar:
+        for root in map(Path, args.runs):
+            runs, skipped = runs_below(root)
+            for path, why in skipped:
+                console.print(f"[yellow]warning[/]: left out {path}: {why}")
+            for run in runs:
+                for f in sorted([run.path / "run.json", run.path / "summary.json", *run.path.glob("*tfevents*")]):
+                    tar.add(f, arcname=str(root.resolve().name / f.relative_to(root)))
+            count += len(runs)
+    console.print(f"wrote {args.out}: {count} runs, {Path(args.out).stat().st_size / 1e6:.1f} MB")
+    return 0 if count else 1
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["archive"]:
+        return archive(tyro.cli(Archive, args=sys.argv[2:], prog="analyze.py archive"))
     if sys.argv[1:2] == ["envtime"]:
         args = tyro.cli(EnvTime, args=sys.argv[2:], prog="analyze.py envtime")
         times = env_times(Path(args.out), list(args.envs or SEED_ENVS), args.num_envs, args.steps, args.force)

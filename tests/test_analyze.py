@@ -175,6 +175,75 @@ def test_broken_runs_reported_and_skipped(synthetic):
     assert "8 runs read" in report and "4 skipped" in report
 
 
+def test_archive_reads_as_the_folder(synthetic, tmp_path):
+    """analyze.py archive packs what the report reads; the report from the archive is the folder's."""
+    runs_dir, out = synthetic
+    for f in list(runs_dir.glob("*/run.json"))[:2]:
+        (f.parent / "train.log").write_text("console output, not analysed")
+    partial = fake_run(runs_dir, "linen", "CartPole-v1", "small", 7, 10.0, ITERATIONS)
+    (partial / "summary.json").unlink()
+    tarball = tmp_path / "study.tar.xz"
+    proc = analyze("archive", runs_dir, "--out", tarball)
+    assert proc.returncode == 0, proc.stderr
+    assert "8 runs" in proc.stderr and "left out" in proc.stderr and partial.name in proc.stderr
+    import tarfile
+
+    names = tarfile.open(tarball).getnames()
+    assert all(n.startswith("runs/") for n in names) and len(names) == 8 * 3  # run.json, summary.json, events
+    assert not any(n.endswith(".log") or partial.name in n for n in names)
+
+    from_archive = tmp_path / "from_archive"
+    from_archive.mkdir()
+    (from_archive / "envtime.json").write_text((out / "envtime.json").read_text())
+    (partial / "run.json").unlink()  # the folder's report: the same 8 complete runs
+    for args, where in (((runs_dir, "--out", out), out), ((tarball, "--out", from_archive), from_archive)):
+        proc = analyze(*args)
+        assert proc.returncode == 0, proc.stderr
+    folder_report, archive_report = ((where / "REPORT.md").read_text().split("\n") for where in (out, from_archive))
+    assert archive_report[2] == f"8 runs read from {tarball}; 0 skipped."
+    assert folder_report[3:] == archive_report[3:] and len(archive_report) > 50
+
+
+def test_findings_and_learning_parity_by_hand(tmp_path):
+    """The seed's findings table and the parity intervals, on runs whose times and returns are known."""
+    runs, out = tmp_path / "runs" / "exp1", tmp_path / "results"
+    # torch takes 4x, 2x, 1x Linen's time on envs of complexity 1, 2, 4: 0.1x per 10x complexity
+    for env, torch_total in (("CartPole-v1", 40.0), ("Acrobot-v1", 20.0), ("MountainCar-v0", 10.0)):
+        for seed, linen_return, torch_return in ((1, 100.0, 10.0), (2, 110.0, 20.0), (3, 120.0, 30.0)):
+            fake_run(runs, "linen", env, "small", seed, 10.0, ITERATIONS, final_return=linen_return)
+            fake_run(runs, "torch", env, "small", seed, torch_total, [x * 2 for x in ITERATIONS],
+                     final_return=torch_return)
+            fake_run(runs, "nnx", env, "small", seed, 12.0, [x * 1.5 for x in ITERATIONS],
+                     final_return=linen_return + 5)
+    for variant, total in (("linen", 10.0), ("torch", 15.0)):  # large: only on CartPole
+        fake_run(runs, variant, "CartPole-v1", "large", 1, total, ITERATIONS)
+    out.mkdir()
+    (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Acrobot-v1": 2e-5, "MountainCar-v0": 4e-5}))
+    proc = analyze(tmp_path / "runs", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    section = report.split("## The seed's findings")[1].split("## Learning parity")[0]
+    ours = {cells[0]: cells[2] for line in section.splitlines() if line.startswith("| ")
+            for cells in [line[2:-2].split(" | ")]}
+    assert ours["Linen vs NNX, small model"] == "1.20x [1.2, 1.2], 3 envs"
+    assert ours["Linen vs PyTorch, large model"] == "1.50x [–, –], 1 env"  # one env: no interval
+    assert ours["Linen vs NNX, large model"] == "not run"
+    assert ours["The gap shrinks with model size (torch → linen)"] == "4.00x / 1.50x (small / large; on CartPole-v1)"
+    assert ours["The gap shrinks with env complexity (torch → linen, small)"] == (
+        "0.10x per 10x env complexity over 3 envs: 4.00x on CartPole-v1 (simplest), 1.00x on MountainCar-v0 "
+        "(most complex)")
+    # every variant's iterations 1..7 take twice its 8..end (ITERATIONS: 1 against 0.5)
+    assert ours["PyTorch's iteration times are flat from iteration 1 (1..7 against 8..end, small)"] == (
+        "torch 2.00x, linen 2.00x")
+    assert ours["PyTorch has the smallest first-iteration overhead (iteration 0, small)"] == (
+        "torch 10 s, linen 5 s, nnx 7.5 s")
+    # returns 100/110/120 (linen), 105/115/125 (nnx: overlaps), 10/20/30 (torch: differs)
+    assert "| CartPole-v1 | small | linen | 3 | 110 | [100, 120] |  |" in report
+    assert "| CartPole-v1 | small | nnx | 3 | 115 | [105, 125] |  |" in report
+    assert "| CartPole-v1 | small | torch | 3 | 20 | [10, 30] | differs |" in report
+    assert "| CartPole-v1 | large | torch | 1 | 100 | [–, –] |  |" in report  # one seed: no interval
+
+
 def test_no_runs_is_an_error(tmp_path):
     proc = analyze(tmp_path, "--out", tmp_path / "results")
     assert proc.returncode == 1 and "no complete run" in proc.stderr
