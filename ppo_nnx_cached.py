@@ -157,6 +157,9 @@ def flatten_obs(obs, num_envs):
 def env_reset(key, env, env_params, num_envs):
     key, reset_key = jax.random.split(key)
     obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    # Gymnax builds some state fields from Python numbers (weakly typed) and a step returns them
+    # strongly typed: without this, jit would compile the rollout again on its second call.
+    state = jax.tree.map(lambda x: x.astype(x.dtype), state)
     return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
 
 
