@@ -2,6 +2,7 @@
 run the script's own functions (loss, update, rollout), and hand back canonical NumPy arrays.
 Canonical weights are {"actor" | "critic": [(kernel (in, out), bias), ...]} (reference.py)."""
 
+import contextlib
 import functools
 from functools import partial
 
@@ -29,6 +30,25 @@ class Adapter:
         """One call of the script's update(); (canonical weights after it, the learning rate the
         optimizer used in its last step, read from the optimizer's state, and the logged one)."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def drawn_permutations(self):
+        """Every permutation the script's update() draws to shuffle the batch, in the order it
+        draws them. JAX draws them inside jit, so they come out through an ordered debug callback."""
+        import jax
+
+        perms, original = [], jax.random.permutation
+
+        def recording(key, x, *args, **kwargs):
+            perm = original(key, x, *args, **kwargs)
+            jax.debug.callback(lambda p: perms.append(np.asarray(p).copy()), perm, ordered=True)
+            return perm
+
+        jax.random.permutation = recording
+        try:
+            yield perms
+        finally:
+            jax.random.permutation = original
 
     def rollout(self, *inputs):
         """One call of the script's rollout() from a fresh env_reset (Gymnax: env, env_params, env
@@ -83,6 +103,7 @@ class Linen(Adapter):
 
     def update(self, batch, iteration):
         self.state, stats = self.update_fn(self.state, self.batch(batch))
+        self.jax.effects_barrier()  # every debug callback of this call has run
         used = self.state.opt_state[1].hyperparams["learning_rate"]
         return self.canonical(self.state.params), float(used), float(stats["learning_rate"])
 
@@ -129,6 +150,7 @@ class NNX(Linen):
 
     def update(self, batch, iteration):
         stats = self.update_fn(self.model, self.optimizer, self.batch(batch))
+        self.jax.effects_barrier()
         used = self.optimizer.opt_state[1].hyperparams["learning_rate"][...]
         return self.canonical(self.nnx.state(self.model)), float(used), float(stats["learning_rate"])
 
@@ -170,6 +192,7 @@ class Equinox(NNX):
 
     def update(self, batch, iteration):
         self.model, self.opt_state, stats = self.update_fn(self.batch(batch), self.model, self.opt_state)
+        self.jax.effects_barrier()
         used = self.opt_state[1].hyperparams["learning_rate"]
         return self.canonical(self.model), float(used), float(stats["learning_rate"])
 
@@ -211,6 +234,24 @@ class Torch(Adapter):
         self.m.update(self.agent, self.optimizer, self.batch(batch), iteration, self.args)
         used = float(self.optimizer.param_groups[0]["lr"])
         return self.weights(), used, used  # the scripts log this same value
+
+    @contextlib.contextmanager
+    def drawn_permutations(self):
+        import sys
+
+        perms, original = [], self.torch.randperm
+
+        def recording(*args, **kwargs):
+            perm = original(*args, **kwargs)
+            if sys._getframe(1).f_code is self.m.update.__code__:  # not torch.compile's own draws
+                perms.append(perm.cpu().numpy().copy())
+            return perm
+
+        self.torch.randperm = recording
+        try:
+            yield perms
+        finally:
+            self.torch.randperm = original
 
     def run_rollout(self, env, env_params, env_key, runner_key):
         import jax

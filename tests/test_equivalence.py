@@ -2,9 +2,10 @@
 NumPy reference in reference.py, never against another framework:
 - from identical weights and one minibatch, the same loss, statistics and gradients (the
   reference's gradients are written out by hand, and checked by finite differences);
-- from identical weights, several consecutive calls of each script's own update() on
-  different batches leave the weights the reference's global-norm clipping + Adam + linear
-  schedule leaves, and the optimizer's state holds the learning rate of the schedule;
+- from identical weights, consecutive calls of each script's own update() on different
+  batches, each of several epochs of shuffled minibatches, leave the weights the reference's
+  global-norm clipping + Adam + linear schedule leaves when it steps through the minibatches
+  the script's own permutations make; the optimizer's state holds the schedule's rate;
 - GAE, truncation bootstrap included."""
 
 import dataclasses
@@ -16,7 +17,9 @@ from adapters import adapter_for
 from helpers import SCRIPTS, load
 
 OBS_DIM, NUM_ACTIONS, HIDDEN, MINIBATCH = 6, 3, (64, 64), 256
-UPDATE_STEPS = 4  # one optimizer step per update() call: the whole schedule, from lr down to lr/4
+EPOCHS, MINIBATCHES, UPDATES = 2, 2, 2  # update() calls of 2 epochs x 2 shuffled minibatches each
+BATCH = MINIBATCH * MINIBATCHES
+STEPS = UPDATES * EPOCHS * MINIBATCHES  # optimizer steps: the whole schedule, from lr down to lr/8
 ATOL_WEIGHTS = 2e-6  # float32 against float64; an optimizer step moves a weight by up to lr = 2.5e-4
 
 
@@ -26,47 +29,65 @@ def shared_args(script, **changes):
 
 
 def update_args(script):
-    """update() as one optimizer step on the whole batch (one epoch, one minibatch, so its
-    shuffle cannot change the result), over a schedule of UPDATE_STEPS steps."""
-    return shared_args(script, num_envs=4, num_steps=MINIBATCH // 4, num_minibatches=1, update_epochs=1,
-                       num_iterations=UPDATE_STEPS)
+    """update() as the training loop calls it, at a size the reference can follow: UPDATES calls
+    of EPOCHS epochs of MINIBATCHES shuffled minibatches each, over a schedule of STEPS steps."""
+    return shared_args(script, num_envs=4, num_steps=BATCH // 4, num_minibatches=MINIBATCHES,
+                       update_epochs=EPOCHS, num_iterations=UPDATES)
 
 
-def random_minibatch(rng, weights, return_error: float) -> dict:
+def random_batch(rng, weights, return_error: float, size: int = BATCH) -> dict:
     """Old log-probs and values near the current ones, so some ratios and values clip; the size
     of the return errors sets the gradient's norm (3+-4: above max_grad_norm, 0+-0.05: below)."""
-    obs = rng.normal(0, 1, (MINIBATCH, OBS_DIM)).astype(np.float32)
+    obs = rng.normal(0, 1, (size, OBS_DIM)).astype(np.float32)
     logp = ref.log_softmax(ref.forward(ref.as64(weights)["actor"], obs)[0])
-    actions = rng.integers(0, NUM_ACTIONS, MINIBATCH).astype(np.int32)
-    values = ref.forward(ref.as64(weights)["critic"], obs)[0][:, 0] + rng.normal(0, 0.3, MINIBATCH)
+    actions = rng.integers(0, NUM_ACTIONS, size).astype(np.int32)
+    values = ref.forward(ref.as64(weights)["critic"], obs)[0][:, 0] + rng.normal(0, 0.3, size)
     return {
         "obs": obs, "actions": actions,
-        "logprobs": logp[np.arange(MINIBATCH), actions] + rng.normal(0, 0.2, MINIBATCH),
-        "values": values, "advantages": rng.normal(0.5, 2, MINIBATCH),
-        "returns": values + rng.normal(3 if return_error > 1 else 0, return_error, MINIBATCH),
+        "logprobs": logp[np.arange(size), actions] + rng.normal(0, 0.2, size),
+        "values": values, "advantages": rng.normal(0.5, 2, size),
+        "returns": values + rng.normal(3 if return_error > 1 else 0, return_error, size),
     }
+
+
+def rows(batch: dict, index) -> dict:
+    return {k: v[index] for k, v in batch.items()}
+
+
+def minibatches_of(batches, perms) -> list[dict]:
+    """The minibatches a correct update() steps through, given the permutations it drew: per
+    update call, per epoch, the rows perm[j * MINIBATCH:(j + 1) * MINIBATCH] for j in order."""
+    out = []
+    for u, batch in enumerate(batches):
+        for perm in perms[u * EPOCHS:(u + 1) * EPOCHS]:
+            out += [rows(batch, perm[j * MINIBATCH:(j + 1) * MINIBATCH]) for j in range(MINIBATCHES)]
+    return out
+
+
+UNSHUFFLED = [np.arange(BATCH)] * (UPDATES * EPOCHS)
 
 
 @pytest.fixture(scope="module")
 def problem():
     rng = np.random.default_rng(0)
     weights = ref.random_weights(rng, OBS_DIM, HIDDEN, NUM_ACTIONS)
-    # the steps alternate between a gradient norm above max_grad_norm (clipped) and one below
-    batches = [random_minibatch(rng, weights, 4.0 if t % 2 == 0 else 0.05) for t in range(UPDATE_STEPS)]
+    # the update calls alternate between gradient norms above max_grad_norm (clipped) and below
+    batches = [random_batch(rng, weights, 4.0 if u % 2 == 0 else 0.05) for u in range(UPDATES)]
     return weights, batches
 
 
 @pytest.fixture(scope="module")
-def expected_updates(problem):
+def unshuffled_updates(problem):
+    """The reference's steps through each batch in its own order."""
     weights, batches = problem
-    args = update_args(SCRIPTS[0])
-    return ref.optimizer_steps(weights, batches, args, total_steps=UPDATE_STEPS)
+    return ref.optimizer_steps(weights, minibatches_of(batches, UNSHUFFLED), update_args(SCRIPTS[0]), STEPS)
 
 
 # ---- the reference itself
 def test_reference_gradients_match_finite_differences(problem):
     """The hand-written backward pass equals central differences of the float64 loss."""
-    weights, (mb, *_) = problem
+    weights, (batch, *_) = problem
+    mb = rows(batch, slice(0, MINIBATCH))
     args = shared_args(SCRIPTS[0])
     rng = np.random.default_rng(1)
     params, grads = ref.flat(ref.as64(weights)), ref.flat(ref.loss_and_grads(weights, mb, args)[2])
@@ -79,34 +100,45 @@ def test_reference_gradients_match_finite_differences(problem):
         assert grads @ direction == pytest.approx(numeric, rel=1e-6, abs=1e-9)
 
 
-def test_the_steps_exercise_clipping_and_the_schedule(expected_updates):
+def test_the_steps_exercise_clipping_and_the_schedule(unshuffled_updates):
     """Some steps are clipped and some are not, and the learning rate falls at each step."""
-    norms = [norm for _, _, norm in expected_updates]
+    norms = [norm for _, _, norm in unshuffled_updates]
     args = update_args(SCRIPTS[0])
     assert max(norms) > 2 * args.max_grad_norm and min(norms) < args.max_grad_norm, norms
-    assert [lr for _, lr, _ in expected_updates] == pytest.approx(
-        [args.learning_rate * (1 - t / UPDATE_STEPS) for t in range(UPDATE_STEPS)])
+    assert [lr for _, lr, _ in unshuffled_updates] == pytest.approx(
+        [args.learning_rate * (1 - t / STEPS) for t in range(STEPS)])
 
 
 @pytest.mark.parametrize("planted", ["learning rate decays at half the speed", "clip at 4x max_grad_norm",
-                                     "no gradient clipping"])
-def test_planted_errors_are_visible(planted, problem, expected_updates):
-    """Each error that slipped past a one-step test moves the weights, within these steps, by
-    far more than test_updates_match_reference tolerates: that test would fail."""
+                                     "no gradient clipping", "minibatches not shuffled",
+                                     "the same shuffle in every epoch"])
+def test_planted_errors_are_visible(planted, problem, unshuffled_updates):
+    """Each error moves the weights, within these steps, by far more than
+    test_updates_match_reference tolerates: that test would fail."""
     weights, batches = problem
     args = update_args(SCRIPTS[0])
-    wrong = {"learning rate decays at half the speed": dict(lr_decay_speed=0.5),
-             "clip at 4x max_grad_norm": dict(max_grad_norm=4 * args.max_grad_norm),
-             "no gradient clipping": dict(max_grad_norm=np.inf)}[planted]
-    planted_updates = ref.optimizer_steps(weights, batches, args, total_steps=UPDATE_STEPS, **wrong)
-    gap = max(np.abs(ref.flat(a) - ref.flat(b)).max() for (a, _, _), (b, _, _) in zip(expected_updates, planted_updates))
+    rng = np.random.default_rng(2)
+    shuffled = [rng.permutation(BATCH) for _ in range(UPDATES * EPOCHS)]
+    correct, wrong = unshuffled_updates, dict(perms=UNSHUFFLED)
+    if planted in ("minibatches not shuffled", "the same shuffle in every epoch"):
+        correct = ref.optimizer_steps(weights, minibatches_of(batches, shuffled), args, STEPS)
+        same = [shuffled[0]] * (UPDATES * EPOCHS)
+        wrong = dict(perms=UNSHUFFLED if planted == "minibatches not shuffled" else same)
+    else:
+        wrong |= {"learning rate decays at half the speed": dict(lr_decay_speed=0.5),
+                  "clip at 4x max_grad_norm": dict(max_grad_norm=4 * args.max_grad_norm),
+                  "no gradient clipping": dict(max_grad_norm=np.inf)}[planted]
+    perms = wrong.pop("perms")
+    planted_updates = ref.optimizer_steps(weights, minibatches_of(batches, perms), args, STEPS, **wrong)
+    gap = max(np.abs(ref.flat(a) - ref.flat(b)).max() for (a, _, _), (b, _, _) in zip(correct, planted_updates))
     assert gap > 10 * ATOL_WEIGHTS, f"{planted}: the weights move by only {gap:.2g}"
 
 
 # ---- every script against the reference
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_loss_and_gradients_match_reference(script, problem):
-    weights, (mb, *_) = problem
+    weights, (batch, *_) = problem
+    mb = rows(batch, slice(0, MINIBATCH))
     args = shared_args(script)
     expected_loss, expected_stats, expected_grads = ref.loss_and_grads(weights, mb, args)
     loss, stats, grads = adapter_for(script)(script, weights, args).loss_and_grads(mb)
@@ -122,17 +154,29 @@ def test_loss_and_gradients_match_reference(script, problem):
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_updates_match_reference(script, problem, expected_updates):
-    """UPDATE_STEPS consecutive update() calls, on different batches: after each, the weights
-    equal the reference's, and the optimizer's state holds the schedule's learning rate."""
+def test_updates_match_reference(script, problem):
+    """UPDATES consecutive update() calls, on different batches, each of EPOCHS epochs of
+    MINIBATCHES minibatches: the script draws a new permutation for every epoch of every call,
+    and after each call the weights equal what the reference leaves after stepping through the
+    minibatches those permutations make, in order; the optimizer's state holds the schedule's
+    learning rate. So which rows form each minibatch, and how the shuffle advances between
+    epochs and calls, are proven with the rest."""
     weights, batches = problem
-    adapter = adapter_for(script)(script, weights, update_args(script))
-    for t, (mb, (expected, expected_lr, _)) in enumerate(zip(batches, expected_updates)):
-        got, lr_used, lr_logged = adapter.update(mb, iteration=t)
-        assert lr_used == pytest.approx(expected_lr, rel=1e-6), f"step {t}: the optimizer used {lr_used}"
-        assert lr_logged == lr_used, f"step {t}: logged {lr_logged}, used {lr_used}"
-        np.testing.assert_allclose(ref.flat(got), ref.flat(expected), rtol=0, atol=ATOL_WEIGHTS,
-                                   err_msg=f"{script}: weights after step {t}")
+    args = update_args(script)
+    adapter = adapter_for(script)(script, weights, args)
+    with adapter.drawn_permutations() as perms:
+        results = [adapter.update(batch, iteration=u) for u, batch in enumerate(batches)]
+    assert len(perms) == UPDATES * EPOCHS, f"{script} drew {len(perms)} permutations, not one per epoch"
+    for perm in perms:
+        assert sorted(perm) == list(range(BATCH)), "not a permutation of the batch"
+    assert len({perm.tobytes() for perm in perms}) == len(perms), "the shuffle repeats across epochs or calls"
+    expected = ref.optimizer_steps(weights, minibatches_of(batches, perms), args, STEPS)
+    for u, (got, lr_used, lr_logged) in enumerate(results):
+        want, want_lr, _ = expected[(u + 1) * EPOCHS * MINIBATCHES - 1]
+        assert lr_used == pytest.approx(want_lr, rel=1e-6), f"call {u}: the optimizer used {lr_used}"
+        assert lr_logged == lr_used, f"call {u}: logged {lr_logged}, used {lr_used}"
+        np.testing.assert_allclose(ref.flat(got), ref.flat(want), rtol=0, atol=ATOL_WEIGHTS,
+                                   err_msg=f"{script}: weights after update() call {u}")
 
 
 # ---- GAE
