@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh: the seed's experiments, and ours, as one resumable sweep, every run in a fresh process.
+# bench.sh: benchback-rl's experiments, and ours, as one resumable sweep, every run in a fresh process.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -8,7 +8,7 @@ usage() {
 Usage: bash bench.sh [PRESET] [OPTIONS] [-- SCRIPT ARGS...]
 
 Presets (default: sweep)
-  sweep        warm-up, Experiments 1, 2 and 3 (the seed's whole schedule with our variants),
+  sweep        warm-up, Experiments 1, 2 and 3 (benchback-rl's whole schedule with our variants),
                then the CPU-environment and env-scaling experiments
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (36 runs, about
@@ -29,17 +29,21 @@ Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
   --repeats N        repeat the schedule N times; repeat r runs with seed r (default: 1)
   --iterations N     --num-iterations for every run but envscale's (default: each script's, 100)
-  --envs LIST        the envs of exp1 and exp2: a comma list of env ids, or seed (the seed's 12,
-                     default), extra (the Gymnax 1.0 envs the seed lacked), all; exp3 runs
+  --envs LIST        the envs of exp1 and exp2: a comma list of env ids, or benchback-rl (its 12,
+                     default), extra (the Gymnax 1.0 envs it lacked), all; exp3 runs
                      only if the list has Acrobot-v1; cpuenv and envscale keep the listed
                      envs that have a CPU twin; the warm-up always runs
   --variants LIST    comma list of variants (see below) to run instead of each experiment's own
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
   --experiments LIST comma list of experiments (a subset of the preset's)
   --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048)
-  --dry-run          print one line per planned run, the exact command; run nothing
+  --order-seed N     the seed of the run order: each repeat runs its warm-up, then the rest of
+                     its plan in a shuffled order, so that a drift of the machine's speed is not
+                     confounded with the variant; same seed, same order, on any machine (default 0)
+  --dry-run          print one line per planned run, the exact command, in the order they
+                     would run; run nothing
   --resume           skip runs that already have a summary.json (a half-finished run is
-                     rerun in a new directory, never overwritten)
+                     rerun in a new directory, never overwritten); keep the same --order-seed
   --shard I/N        run only planned runs I, I+N, I+2N, ... (N GPUs or a SLURM job array)
   --warm-cache       keep torch.compile's on-disk cache between runs (default: every run
                      compiles cold, in an empty TORCHINDUCTOR_CACHE_DIR)
@@ -54,14 +58,15 @@ Everything after -- goes to every script, e.g. -- --num-envs 64
 Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_gymnasium linen_gymnasium linen_gymnasium-nojit
+The plan, in the order it runs, goes to DIR/plan.txt (with its seed) before the first run.
 Failures are logged to DIR/failures.log and the sweep goes on; the exit code is 1 if any
 run failed, 130 if interrupted.
 EOF
 }
 
-SEED_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 DiscountingChain-bsuite MemoryChain-bsuite
-           UmbrellaChain-bsuite BernoulliBandit-misc GaussianBandit-misc Asterix-MinAtar
-           Breakout-MinAtar Freeway-MinAtar SpaceInvaders-MinAtar)
+BENCHBACK_RL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 DiscountingChain-bsuite MemoryChain-bsuite
+                   UmbrellaChain-bsuite BernoulliBandit-misc GaussianBandit-misc Asterix-MinAtar
+                   Breakout-MinAtar Freeway-MinAtar SpaceInvaders-MinAtar)
 EXTRA_ENVS=(Seaquest-MinAtar Catch-bsuite DeepSea-bsuite SimpleBandit-bsuite FourRooms-misc
             MetaMaze-misc Pong-misc)
 TWIN_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 Asterix-MinAtar Breakout-MinAtar Freeway-MinAtar
@@ -102,7 +107,7 @@ split() { tr ',' ' ' <<<"$1"; }
 contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 
 preset=sweep out=runs repeats=1 iterations="" envs_opt="" variants_opt="" models_opt=""
-experiments_opt="" counts_opt="" dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=() slurm_tasks="" sbatch_args=""
+experiments_opt="" counts_opt="" order_seed=0 dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=() slurm_tasks="" sbatch_args=""
 if [[ $# -gt 0 && $1 != -* ]]; then preset=$1; shift; fi
 argv=("$@")  # what each SLURM task is given again
 while [[ $# -gt 0 ]]; do
@@ -115,6 +120,7 @@ while [[ $# -gt 0 ]]; do
     --models) models_opt=${2:?--models needs a list}; shift 2 ;;
     --experiments) experiments_opt=${2:?--experiments needs a list}; shift 2 ;;
     --env-counts) counts_opt=${2:?--env-counts needs a list}; shift 2 ;;
+    --order-seed) order_seed=${2:-}; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --resume) resume=1; shift ;;
     --shard) shard=${2:-}; shift 2 ;;
@@ -127,6 +133,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
+[[ $order_seed =~ ^[0-9]+$ ]] || die "--order-seed must be a non-negative integer, got '$order_seed'"
 [[ $repeats =~ ^[1-9][0-9]*$ ]] || die "--repeats must be a positive integer, got '$repeats'"
 [[ -z $iterations || $iterations =~ ^[1-9][0-9]*$ ]] || die "--iterations must be a positive integer, got '$iterations'"
 [[ $shard =~ ^([0-9]+)/([1-9][0-9]*)$ ]] || die "--shard must be I/N with 0 <= I < N, got '$shard'"
@@ -155,14 +162,14 @@ fi
 env_filter=()
 case $envs_opt in
   "") ;;
-  seed) env_filter=("${SEED_ENVS[@]}") ;;
+  benchback-rl) env_filter=("${BENCHBACK_RL_ENVS[@]}") ;;
   extra) env_filter=("${EXTRA_ENVS[@]}") ;;
-  all) env_filter=("${SEED_ENVS[@]}" "${EXTRA_ENVS[@]}") ;;
+  all) env_filter=("${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}") ;;
   *) env_filter=($(split "$envs_opt")) ;;
 esac
 for e in "${env_filter[@]}"; do
-  contains "$e" "${SEED_ENVS[@]}" "${EXTRA_ENVS[@]}" ||
-    die "unknown env '$e': ${SEED_ENVS[*]} ${EXTRA_ENVS[*]} (or seed, extra, all)"
+  contains "$e" "${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}" ||
+    die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} (or benchback-rl, extra, all)"
 done
 variant_filter=($(split "$variants_opt"))
 for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"; done
@@ -172,8 +179,8 @@ for m in "${model_filter[@]}"; do contains "$m" "${MODELS[@]}" || die "unknown m
 # ---- the plan: one line per run, "experiment repeat env variant model sync subfolder args"
 # (args: the run's own script arguments, comma-separated, or -)
 plan=()
-add() {  # experiment sync subfolder args envs... -- variants... -- models...
-  local exp=$1 sync=$2 sub=$3 args=$4; shift 4
+add() {  # experiment repeat sync subfolder args envs... -- variants... -- models...
+  local exp=$1 r=$2 sync=$3 sub=$4 args=$5; shift 5
   local envs=() variants=() models=()
   while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
   while [[ $1 != -- ]]; do variants+=("$1"); shift; done; shift
@@ -191,15 +198,24 @@ add() {  # experiment sync subfolder args envs... -- variants... -- models...
     local kept=(); for m in "${model_filter[@]}"; do contains "$m" "${models[@]}" && kept+=("$m"); done
     models=("${kept[@]}")
   fi
-  for r in $(seq 1 "$repeats"); do
-    for env in "${envs[@]}"; do for variant in "${variants[@]}"; do for model in "${models[@]}"; do
-      plan+=("$exp $r $env $variant $model $sync $sub $args")
-    done; done; done
+  for env in "${envs[@]}"; do for variant in "${variants[@]}"; do for model in "${models[@]}"; do
+    plan+=("$exp $r $env $variant $model $sync $sub $args")
+  done; done; done
+}
+# Fisher-Yates over plan[first..end], from a linear congruential generator seeded by a checksum
+# of the given text: the same order for the same seed on any machine, another for each repeat.
+shuffle_from() {
+  local first=$1 i j swap state
+  state=$(cksum <<<"$2") && state=${state%% *}
+  for ((i = ${#plan[@]} - 1; i > first; i--)); do
+    state=$(((state * 1103515245 + 12345) % 2147483648))
+    j=$((first + (state >> 16) % (i - first + 1)))
+    swap=${plan[i]} plan[i]=${plan[j]} plan[j]=$swap
   done
 }
-exp1_envs=("${SEED_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("${SEED_ENVS[@]}") modes=("${COMPILE_MODES[@]}")
+exp1_envs=("${BENCHBACK_RL_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("${BENCHBACK_RL_ENVS[@]}") modes=("${COMPILE_MODES[@]}")
 cpuenv_envs=() scale_envs=(CartPole-v1 Breakout-MinAtar) counts=("${ENV_COUNTS[@]}")
-for e in "${SEED_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
+for e in "${BENCHBACK_RL_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
 cpuenv_models=(small medium)
 if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
   exp1_envs=(CartPole-v1 Acrobot-v1) exp1_models=(small) exp2_envs=(CartPole-v1)
@@ -212,19 +228,25 @@ if [[ -n $counts_opt ]]; then
     [[ $n =~ ^[1-9][0-9]*$ ]] && ((n % 8 == 0)) || die "--env-counts must be multiples of 8, got '$n'"
   done
 fi
-for exp in "${experiments[@]}"; do
-  case $exp in
-    warmup) add warmup async - - Acrobot-v1 -- "${FRAMEWORKS[@]}" -- small ;;
-    exp1) add exp1 async - - "${exp1_envs[@]}" -- "${AS_MEANT[@]}" -- "${exp1_models[@]}" ;;
-    exp2) add exp2 sync - - "${exp2_envs[@]}" -- "${modes[@]}" -- small ;;
-    exp3) add exp3 sync - - Acrobot-v1 -- "${modes[@]}" -- "${MODELS[@]}" ;;
-    cpuenv) add cpuenv sync - - "${cpuenv_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- "${cpuenv_models[@]}" ;;
-    envscale)  # 128 steps, minibatches of 1024, one epoch: only the rollout is measured
-      for n in "${counts[@]}"; do
-        add envscale sync "envs$n" "--num-envs,$n,--num-steps,128,--num-minibatches,$((n / 8)),--update-epochs,1,--num-iterations,4" \
-          "${scale_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- small
-      done ;;
-  esac
+# Repeat by repeat: the warm-up first, then every other run of the repeat in a shuffled order,
+# so that a drift of the machine's speed spreads over all variants instead of favouring one.
+for r in $(seq 1 "$repeats"); do
+  [[ " ${experiments[*]} " == *" warmup "* ]] && add warmup "$r" async - - Acrobot-v1 -- "${FRAMEWORKS[@]}" -- small
+  first=${#plan[@]}
+  for exp in "${experiments[@]}"; do
+    case $exp in
+      exp1) add exp1 "$r" async - - "${exp1_envs[@]}" -- "${AS_MEANT[@]}" -- "${exp1_models[@]}" ;;
+      exp2) add exp2 "$r" sync - - "${exp2_envs[@]}" -- "${modes[@]}" -- small ;;
+      exp3) add exp3 "$r" sync - - Acrobot-v1 -- "${modes[@]}" -- "${MODELS[@]}" ;;
+      cpuenv) add cpuenv "$r" sync - - "${cpuenv_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- "${cpuenv_models[@]}" ;;
+      envscale)  # 128 steps, minibatches of 1024, one epoch: only the rollout is measured
+        for n in "${counts[@]}"; do
+          add envscale "$r" sync "envs$n" "--num-envs,$n,--num-steps,128,--num-minibatches,$((n / 8)),--update-epochs,1,--num-iterations,4" \
+            "${scale_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- small
+        done ;;
+    esac
+  done
+  shuffle_from "$first" "$order_seed $r"
 done
 
 # ---- --slurm N: the plan as a job array of N shards, then the analysis once every shard has ended
@@ -267,8 +289,34 @@ if [[ -n $slurm_tasks ]]; then
   exit 0
 fi
 
+# the command line of planned run $1, into cmd (and its fields into exp r env variant model slot)
+command_of() {
+  local sync sub args
+  read -r exp r env variant model sync sub args <<<"${plan[$1]}"
+  read -ra script <<<"$(variant_command "$variant")"
+  slot="$out/$exp/r$r"
+  [[ $sub == - ]] || slot="$slot/$sub"
+  cmd=("$PYTHON" "${script[@]}" --env-id "$env" --model "$model" --seed "$r" --log-dir "$slot")
+  [[ $sync == sync ]] && cmd+=(--sync-timing)
+  [[ $args == - ]] || cmd+=($(split "$args"))
+  [[ -n $iterations && $exp != envscale ]] && cmd+=(--num-iterations "$iterations")  # envscale keeps its 4
+  cmd+=("${extra[@]}")
+}
+plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }
+plan_line() { command_of "$1"; printf '[%s r%s]' "$exp" "$r"; printf ' %q' "${cmd[@]}"; echo; }
+
+if ((dry_run)); then
+  plan_header
+  planned=0
+  for i in "${!plan[@]}"; do ((i % shard_n == shard_i)) && plan_line "$i" && planned=$((planned + 1)); done
+  echo "$planned planned runs (dry run: nothing executed)"
+  exit 0
+fi
+
 # ---- run it
 mkdir -p "$out"
+{ plan_header; for i in "${!plan[@]}"; do plan_line "$i"; done; } >"$out/plan.txt.$$"
+mv "$out/plan.txt.$$" "$out/plan.txt"  # the whole plan, in the order it runs: every shard writes the same
 failures="$out/failures.log"
 ran=0 skipped=0 failed=0 interrupted=0
 planned=0; for i in "${!plan[@]}"; do ((i % shard_n == shard_i)) && planned=$((planned + 1)); done
@@ -287,16 +335,7 @@ stop_run() {
 for i in "${!plan[@]}"; do
   ((i % shard_n == shard_i)) || continue
   ((interrupted)) && break
-  read -r exp r env variant model sync sub args <<<"${plan[$i]}"
-  read -ra script <<<"$(variant_command "$variant")"
-  slot="$out/$exp/r$r"
-  [[ $sub == - ]] || slot="$slot/$sub"
-  cmd=("$PYTHON" "${script[@]}" --env-id "$env" --model "$model" --seed "$r" --log-dir "$slot")
-  [[ $sync == sync ]] && cmd+=(--sync-timing)
-  [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale ]] && cmd+=(--num-iterations "$iterations")  # envscale keeps its 4
-  cmd+=("${extra[@]}")
-  if ((dry_run)); then printf '[%s r%s]' "$exp" "$r"; printf ' %q' "${cmd[@]}"; echo; continue; fi
+  command_of "$i"
   if ((resume)) && compgen -G "$slot/${env}__${variant}__${model}__s${r}__*/summary.json" >/dev/null; then
     skipped=$((skipped + 1)); continue
   fi
@@ -327,7 +366,6 @@ for i in "${!plan[@]}"; do
   fi
 done
 
-if ((dry_run)); then echo "$planned planned runs (dry run: nothing executed)"; exit 0; fi
 echo "bench.sh: $ran ran, $skipped skipped, $failed failed of $planned planned (shard $shard_i/$shard_n)"
 ((interrupted)) && exit 130
 if [[ $preset == quick && $failed -eq 0 && $shard_n -eq 1 && -f analyze.py ]]; then

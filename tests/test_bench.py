@@ -35,7 +35,7 @@ def per_experiment(lines) -> Counter:
 def test_full_schedule():
     lines = planned("sweep")
     # warm-up: a run per framework; exp1: 12 envs x 6 variants x 3 sizes; exp2: 12 envs x 10 modes;
-    # exp3: Acrobot x 10 modes x 3 sizes -- the seed's 231 runs per repeat, with our variants added;
+    # exp3: Acrobot x 10 modes x 3 sizes -- benchback-rl's 231 runs per repeat, with our variants added;
     # cpuenv: the 7 seed envs with a CPU twin x 5 variants x 2 sizes; envscale: 2 envs x 5 x 9 counts
     assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 70,
                                      "envscale": 90}
@@ -70,6 +70,40 @@ def test_repeats_use_their_own_seed():
     lines = planned("exp3", "--repeats", "2")
     assert len(lines) == 60
     assert sum("--seed 2 --log-dir runs/exp3/r2" in line for line in lines) == 30
+
+
+def order(lines, repeat) -> list[str]:
+    """The runs of one repeat, as their commands without seed and folder, in the order they run."""
+    return [re.sub(r" --seed \d+ --log-dir \S+", "", line.split(maxsplit=3)[3]) for line in lines
+            if line.startswith(f"[exp1 r{repeat}]")]
+
+
+def test_each_repeat_runs_in_its_own_shuffled_order():
+    lines = planned("exp1", "--repeats", "2", "--envs", "CartPole-v1,Acrobot-v1")
+    first, second = order(lines, 1), order(lines, 2)
+    assert sorted(first) == sorted(second) and first != second  # the same runs, in another order
+    nested = [f"ppo_{v}.py --env-id {env} --model {m}" for env in ("CartPole-v1", "Acrobot-v1")
+              for v in ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")
+              for m in ("small", "medium", "large")]
+    assert sorted(first) == sorted(nested) and first != nested  # not the loops' order
+    assert planned("exp1", "--repeats", "2", "--envs", "CartPole-v1,Acrobot-v1") == lines  # same seed, same order
+    other = planned("exp1", "--repeats", "2", "--envs", "CartPole-v1,Acrobot-v1", "--order-seed", "7")
+    assert sorted(other) == sorted(lines) and other != lines
+    sweep = planned("sweep", "--models", "small", "--envs", "CartPole-v1")
+    assert all(line.startswith("[warmup") for line in sweep[:4])  # the warm-up still comes first
+
+
+def test_the_plan_file_records_the_order_and_its_seed(tmp_path):
+    options = ("exp2", "--envs", "CartPole-v1", "--variants", "linen,nnx,equinox", "--order-seed", "3",
+               "--out", tmp_path)
+    proc = bench(*options, "--", *TINY)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = (tmp_path / "plan.txt").read_text().splitlines()
+    assert "order seed 3" in plan[0]
+    dry = planned(*options, "--", *TINY)
+    assert plan[1:] == dry
+    ran = [f"ppo_{line.split()[4]}.py" for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert ran == [line.split()[3] for line in dry]  # they ran in the planned order
 
 
 def test_filters():
@@ -150,16 +184,15 @@ def test_ctrl_c_stops_the_sweep(tmp_path):
                             env={**os.environ, "PYTHON": sys.executable})
     slot = out / "exp2" / "r1"
     deadline = time.time() + 300
-    while not any(slot.glob("*__linen__*/*tfevents*")) and time.time() < deadline:
+    while not any(slot.glob("*/*tfevents*")) and time.time() < deadline:
         time.sleep(1)
     time.sleep(3)  # training has started
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout + stderr
     assert "interrupted" in stderr and re.search(r"0 ran, 0 skipped, 0 failed of 2 planned", stdout)
-    (linen,) = run_dirs(slot, "linen")
-    assert not (linen / "summary.json").exists() and (linen / "run.json").exists()
-    assert not run_dirs(slot, "torch"), "the sweep went on after Ctrl-C"
+    (first,) = [p for p in slot.iterdir() if p.name != "logs"]  # the sweep did not go on after Ctrl-C
+    assert not (first / "summary.json").exists() and (first / "run.json").exists()
     assert not processes_mentioning(out), "a run outlived the sweep"
 
 
@@ -186,9 +219,9 @@ def test_ctrl_c_ends_a_run_that_ignores_it(tmp_path):
                              "linen,torch", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=sigint_default,
                             env={**os.environ, "PYTHON": str(stubborn)})
-    log = out / "exp2" / "r1" / "logs" / "CartPole-v1__linen__small__s1.log"
+    logs = out / "exp2" / "r1" / "logs"
     deadline = time.time() + 60
-    while not (log.exists() and "started" in log.read_text()) and time.time() < deadline:
+    while not any("started" in log.read_text() for log in logs.glob("*.log")) and time.time() < deadline:
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
