@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, TINY, load
+from analysis import cpuenv, docs, runs, stats
+from helpers import ROOT, TINY
 
 SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",
                  "time/rollout_mean_8_end", "time/update_mean_8_end")
@@ -71,26 +72,37 @@ def analyze(*args) -> subprocess.CompletedProcess:
 
 def test_speedups_by_hand(synthetic):
     runs_dir, _ = synthetic
-    a = load("analyze.py")
-    runs, skipped = a.find_runs([str(runs_dir)])
-    assert not skipped and len(runs) == 8
-    exp1 = [r for r in runs if not r.synced]
-    (row,) = a.speedup_table(exp1, a.total_time, [("torch", "linen")])
+    found, skipped = runs.find_runs([str(runs_dir)])
+    assert not skipped and len(found) == 8
+    exp1 = [r for r in found if not r.synced]
+    (row,) = stats.speedup_table(exp1, stats.total_time, [("torch", "linen")])
     # CartPole: every repeat pair, 30/10, 30/20, 60/10, 60/20 = 3, 1.5, 6, 3; Acrobot: 20/10 = 2
-    assert row["ratios"] == 5 and row["envs"] == 2
+    assert row["ratios"] == 5 and row["envs"] == 2 and row["pair"] == "torch / linen"
     assert row["geomean"] == pytest.approx((3 * 1.5 * 6 * 3 * 2) ** (1 / 5))
     assert row["median"] == pytest.approx(3.0)
-    assert row["ci_low"] <= row["geomean"] <= row["ci_high"]
-    (steady,) = a.speedup_table(exp1, a.steady("time/iteration"), [("torch", "linen")])
+    # two envs are too few for an interval: the per-env geometric means, 2 (Acrobot) and 3 (CartPole)
+    assert math.isnan(row["ci_low"]) and stats.spread(row) == "n = 2 envs, range 2.00–3.00"
+    (steady,) = stats.speedup_table(exp1, stats.steady("time/iteration"), [("torch", "linen")])
     # iterations 8..end: 1.0/0.5 for CartPole's four pairs and 1.5/0.5 for Acrobot
     assert steady["geomean"] == pytest.approx((2 ** 4 * 3) ** (1 / 5))
 
 
 def test_overhead_buckets(synthetic):
-    a = load("analyze.py")
-    runs, _ = a.find_runs([str(synthetic[0])])
-    linen = next(r for r in runs if r.variant == "linen" and not r.synced)
-    assert a.iteration_buckets(linen) == pytest.approx((5.0, 1.0, 0.5))
+    found, _ = runs.find_runs([str(synthetic[0])])
+    linen = next(r for r in found if r.variant == "linen" and not r.synced)
+    assert stats.iteration_buckets(linen) == pytest.approx((5.0, 1.0, 0.5))
+
+
+def test_spread_says_what_the_data_carry():
+    """An interval from 5 envs or more; from fewer, n and the range; from one run, that."""
+    many = stats.ratio_row([np.array([x]) for x in (1.0, 2.0, 2.0, 2.0, 4.0)])
+    assert stats.spread(many).startswith("[") and stats.ratio_cell(many).startswith("2.00x [")
+    few = stats.ratio_row([np.array([1.5]), np.array([3.0]), np.array([2.0])])
+    assert stats.spread(few) == "n = 3 envs, range 1.50–3.00"
+    one = stats.ratio_row([np.array([1.25])])
+    assert stats.ratio_cell(one) == "1.25x (1 run each)"
+    seeds = stats.ratio_row([np.array([1.0, 4.0])])
+    assert stats.spread(seeds) == "1 env, 2 run pairs, range 1.00–4.00"
 
 
 def test_report_written(synthetic):
@@ -99,31 +111,33 @@ def test_report_written(synthetic):
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
-    assert "| torch → linen | small | 2.77x |" in report
-    assert "| linen | small | 3 | 5 | 1 | 0.5 |" in report  # overhead buckets, 3 runs
+    assert "| torch / linen | small | 2.77x |" in report
+    assert "| linen | small | 3 | 5.00 | 1.00 | 0.500 |" in report  # overhead buckets, 3 runs
     assert "Test CPU" in report and "jax 0.10.2" in report
-    for chart in ("exp1_durations", "exp1_speedups", "exp1_overhead", "exp1_steady_speedups",
+    lines = report.splitlines()
+    for chart in ("headline", "exp1_durations", "exp1_speedups", "exp1_overhead", "exp1_steady_speedups",
                   "exp2_rollout_update", "exp3_compile_modes", "learning_curves", "learning_curves_time"):
         png = out / f"{chart}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", chart
-        assert f"({chart}.png)" in report
-    assert "Speedup of total run time" in proc.stderr  # the same tables on the console
+        (at,) = [i for i, line in enumerate(lines) if line.startswith("![") and line.endswith(f"({chart}.png)")]
+        assert lines[at + 2].startswith("*") and len(lines[at + 2]) > 40, f"{chart} has no caption"
+    assert "Total run time" in proc.stderr  # the same tables on the console
     after = {p: p.read_bytes() for p in runs_dir.rglob("*") if p.is_file()}
     assert before == after, "analyze.py changed a run directory"
 
 
 def test_cpu_env_experiments_by_hand(tmp_path):
     """The 2x2's speedups and the env-scaling throughputs, on runs whose durations are known."""
-    runs, out = tmp_path / "runs", tmp_path / "results"
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
     # cpuenv: each corner's iterations a known multiple of ITERATIONS, on two envs
     corners = {"torch_gymnasium": 8.0, "torch": 2.0, "linen_gymnasium": 4.0, "linen": 1.0}
     for env, scale in (("CartPole-v1", 1.0), ("Breakout-MinAtar", 3.0)):
         for variant, factor in corners.items():
-            fake_run(runs / "cpuenv" / "r1", variant, env, "small", 1, 10.0,
+            fake_run(runs_dir / "cpuenv" / "r1", variant, env, "small", 1, 10.0,
                      [x * factor * scale for x in ITERATIONS], synced=True)
     # envscale: a rollout (a quarter of each iteration) of 0.1 s for 8 and 16 envs, 0.19 s for 32
     for n, seconds in ((8, 0.4), (16, 0.4), (32, 0.76)):
-        fake_run(runs / "envscale" / "r1" / f"envs{n}", "linen", "CartPole-v1", "small", 1, 10.0,
+        fake_run(runs_dir / "envscale" / "r1" / f"envs{n}", "linen", "CartPole-v1", "small", 1, 10.0,
                  [4.0, seconds, seconds, seconds], synced=True, num_envs=n, num_steps=128)
     out.mkdir()
     (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Breakout-MinAtar": 2e-5}))
@@ -131,20 +145,21 @@ def test_cpu_env_experiments_by_hand(tmp_path):
            for n in (8, 16, 32)}
     (out / "envscale.json").write_text(json.dumps(raw))  # the env-alone lines, without measuring
 
-    a = load("analyze.py")
-    loaded, _ = a.find_runs([str(runs)])
+    loaded, _ = runs.find_runs([str(runs_dir)])
     assert {r.experiment for r in loaded} == {"cpuenv", "envscale"}
     envscale = [r for r in loaded if r.experiment == "envscale"]
-    assert sorted(a.rollout_throughput(r) for r in envscale) == pytest.approx([8 * 128 / 0.1, 16 * 128 / 0.1,
-                                                                                32 * 128 / 0.19])
-    assert a.saturation({8: 10.0, 16: 19.0, 32: 20.0, 64: 20.5}) == 16
-    proc = analyze(runs, "--out", out)
+    assert sorted(cpuenv.rollout_throughput(r) for r in envscale) == pytest.approx([8 * 128 / 0.1, 16 * 128 / 0.1,
+                                                                                     32 * 128 / 0.19])
+    assert cpuenv.saturation({8: 10.0, 16: 19.0, 32: 20.0, 64: 20.5}) == 16
+    proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
-    # steady iterations: 8 vs 2, 8 vs 1, 8 vs 4 times the same base, on both envs
-    assert "| the environment moved to JAX | torch_gymnasium → torch | small | 4.00x |" in report
-    assert "| everything moved to JAX | torch_gymnasium → linen | small | 8.00x |" in report
-    assert "| the framework alone, CPU env | torch_gymnasium → linen_gymnasium | small | 2.00x |" in report
+    # steady iterations, rollouts and updates: 8 vs 2, 8 vs 1, 8 vs 4 times the same base, on both envs
+    two = lambda x: f"{x:.2f}x (n = 2 envs, range {x:.2f}–{x:.2f})"
+    for what, pair, ratio in (("the environment moved to JAX, PyTorch kept", "torch_gymnasium / torch", 4.0),
+                              ("everything moved to JAX", "torch_gymnasium / linen", 8.0),
+                              ("the framework alone, CPU env", "torch_gymnasium / linen_gymnasium", 2.0)):
+        assert f"| {what} | {pair} | small | {two(ratio)} | {two(ratio)} | {two(ratio)} |" in report
     assert "| CartPole-v1 | linen | 10,240 | 20,480 | 21,558 | 16 |" in report
     for chart in ("cpuenv_2x2", "envscale"):
         assert (out / f"{chart}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({chart}.png)" in report
@@ -205,7 +220,7 @@ def test_archive_reads_as_the_folder(synthetic, tmp_path):
 
 
 def test_findings_and_learning_parity_by_hand(tmp_path):
-    """The seed's findings table and the parity intervals, on runs whose times and returns are known."""
+    """benchback-rl's findings table and the parity tests, on runs whose times and returns are known."""
     runs, out = tmp_path / "runs" / "exp1", tmp_path / "results"
     # torch takes 4x, 2x, 1x Linen's time on envs of complexity 1, 2, 4: 0.1x per 10x complexity
     for env, torch_total in (("CartPole-v1", 40.0), ("Acrobot-v1", 20.0), ("MountainCar-v0", 10.0)):
@@ -214,7 +229,7 @@ def test_findings_and_learning_parity_by_hand(tmp_path):
             fake_run(runs, "torch", env, "small", seed, torch_total, [x * 2 for x in ITERATIONS],
                      final_return=torch_return)
             fake_run(runs, "nnx", env, "small", seed, 12.0, [x * 1.5 for x in ITERATIONS],
-                     final_return=linen_return + 5)
+                     final_return=linen_return + 2)
     for variant, total in (("linen", 10.0), ("torch", 15.0)):  # large: only on CartPole
         fake_run(runs, variant, "CartPole-v1", "large", 1, total, ITERATIONS)
     out.mkdir()
@@ -222,26 +237,47 @@ def test_findings_and_learning_parity_by_hand(tmp_path):
     proc = analyze(tmp_path / "runs", "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
-    section = report.split("## The seed's findings")[1].split("## Learning parity")[0]
+    section = report.split("## benchback-rl's findings next to ours")[1].split("## Learning parity")[0]
     ours = {cells[0]: cells[2] for line in section.splitlines() if line.startswith("| ")
             for cells in [line[2:-2].split(" | ")]}
-    assert ours["Linen vs NNX, small model"] == "1.20x [1.2, 1.2], 3 envs"
-    assert ours["Linen vs PyTorch, large model"] == "1.50x [–, –], 1 env"  # one env: no interval
+    assert ours["Linen vs NNX, small model (nnx / linen)"] == "1.20x (n = 3 envs, range 1.20–1.20)"
+    assert ours["Linen vs PyTorch, large model"] == "1.50x (1 run each)"  # one env: no interval
     assert ours["Linen vs NNX, large model"] == "not run"
-    assert ours["The gap shrinks with model size (torch → linen)"] == "4.00x / 1.50x (small / large; on CartPole-v1)"
-    assert ours["The gap shrinks with env complexity (torch → linen, small)"] == (
-        "0.10x per 10x env complexity over 3 envs: 4.00x on CartPole-v1 (simplest), 1.00x on MountainCar-v0 "
-        "(most complex)")
+    assert ours["The gap shrinks with model size (torch / linen)"] == "4.00x / 1.50x (small / large; on CartPole-v1)"
+    assert ours["The gap shrinks with env complexity (small)"] == (
+        "torch / linen per env from 1.00x (MountainCar-v0) to 4.00x (CartPole-v1); 0.10x per 10x env complexity "
+        "over 3 envs, 4.00x on the simplest (CartPole-v1), 1.00x on the most complex (MountainCar-v0)")
     # every variant's iterations 1..7 take twice its 8..end (ITERATIONS: 1 against 0.5)
-    assert ours["PyTorch's iteration times are flat from iteration 1 (1..7 against 8..end, small)"] == (
+    assert ours["PyTorch's iteration times are flat from iteration 1 (1..7 / 8..end, small)"] == (
         "torch 2.00x, linen 2.00x")
     assert ours["PyTorch has the smallest first-iteration overhead (iteration 0, small)"] == (
-        "torch 10 s, linen 5 s, nnx 7.5 s")
-    # returns 100/110/120 (linen), 105/115/125 (nnx: overlaps), 10/20/30 (torch: differs)
-    assert "| CartPole-v1 | small | linen | 3 | 110 | [100, 120] |  |" in report
-    assert "| CartPole-v1 | small | nnx | 3 | 115 | [105, 125] |  |" in report
-    assert "| CartPole-v1 | small | torch | 3 | 20 | [10, 30] | differs |" in report
-    assert "| CartPole-v1 | large | torch | 1 | 100 | [–, –] |  |" in report  # one seed: no interval
+        "torch 10.0 s, linen 5.00 s, nnx 7.50 s")
+    # returns 100/110/120 (linen), 102/112/122 (nnx), 10/20/30 (torch) on every env
+    assert "| CartPole-v1 | small | linen | 3 | 110 |  |" in report
+    assert "| CartPole-v1 | small | nnx | 3 | 112 | no difference detected (p = 0.82, 3 vs 3 seeds) |" in report
+    assert "| CartPole-v1 | small | torch | 3 | 20.0 | differs (p < 0.001, 3 vs 3 seeds) |" in report
+    assert "| CartPole-v1 | large | torch | 1 | 100 | not tested (fewer than 2 runs) |" in report
+    # over the 3 envs: nnx is 0.2 pooled SDs above Linen everywhere (inside the 0.5 margin), torch 9 below
+    parity = report.split("### Learning parity, per variant")[1]
+    assert "| nnx against linen | small | 3 | none | equivalent (mean +0.20 SD over 3 envs, p < 0.001) |" in parity
+    assert ("| torch against linen | small | 3 | Acrobot-v1, CartPole-v1, MountainCar-v0 | not shown equivalent "
+            "(mean -9.00 SD over 3 envs, p = 1) |") in parity
+    assert "6 of 6 per-env tests" not in parity and "3 of 6 per-env tests detect a difference" in parity
+
+
+def test_equivalence_test_by_hand():
+    """TOST: a mean difference well inside the margin is shown equivalent, one near it is not."""
+    from scipy import stats as scipy_stats
+
+    inside = [0.1, -0.1, 0.05, 0.0, 0.12, -0.08]
+    assert stats.tost_p(inside, 0.5) < 0.001
+    near = [0.45, 0.55, 0.5, 0.4, 0.6]
+    assert stats.tost_p(near, 0.5) > 0.4
+    d = np.array([0.3, 0.1, 0.2, 0.4])  # by hand: the upper test is the binding one
+    t = (d.mean() - 0.5) / (d.std(ddof=1) / 2)
+    assert stats.tost_p(d, 0.5) == pytest.approx(scipy_stats.t.cdf(t, 3))
+    assert stats.welch_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert math.isnan(stats.welch_p([1.0], [1.0, 2.0]))
 
 
 def test_no_runs_is_an_error(tmp_path):
@@ -250,13 +286,13 @@ def test_no_runs_is_an_error(tmp_path):
 
 
 def test_bootstrap_interval_narrows_with_agreement():
-    a = load("analyze.py")
     agree = [np.full(4, 2.0) for _ in range(6)]
-    assert a.bootstrap_geomean_ci(agree) == pytest.approx((2.0, 2.0))
+    assert stats.bootstrap_geomean_ci(agree) == pytest.approx((2.0, 2.0))
     spread = [np.full(4, x) for x in (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)]
-    low, high = a.bootstrap_geomean_ci(spread)
-    assert low < a.geomean(np.concatenate(spread)) < high and high / low > 2
-    assert all(math.isnan(x) for x in a.bootstrap_geomean_ci([np.array([2.0])]))
+    low, high = stats.bootstrap_geomean_ci(spread)
+    assert low < stats.geomean(np.concatenate(spread)) < high and high / low > 2
+    four = [np.full(4, x) for x in (1.0, 2.0, 4.0, 8.0)]  # fewer than 5 envs: no interval
+    assert all(math.isnan(x) for x in stats.bootstrap_geomean_ci(four))
 
 
 def test_envtime_measures_and_caches(tmp_path):
@@ -281,6 +317,26 @@ def test_pipeline_on_real_tiny_runs(tmp_path):
     proc = analyze(runs_dir, "--out", tmp_path / "results")
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / "results" / "REPORT.md").read_text()
-    assert "2 runs read" in report and "| torch → linen | small |" in report
+    assert "2 runs read" in report and "| torch / linen | small |" in report
     assert (tmp_path / "results" / "exp2_rollout_update.png").exists()
     assert not (tmp_path / "results" / "exp3_compile_modes.png").exists()  # Experiment 3 is Acrobot-v1
+
+
+def test_generated_blocks_are_written_and_checked(tmp_path):
+    """analyze.py --docs rewrites each block between its markers and nothing else; a figure
+    edited by hand, or a block no analysis generates, is named."""
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- BEGIN analyze.py a -->\nold\n<!-- END analyze.py a -->\nprose 2x\n"
+                    "<!-- BEGIN analyze.py b -->\n<!-- END analyze.py b -->\n")
+    generated = {"a": "| 1.00x |\n", "b": "- two\n", "c": "unused\n"}
+    assert docs.stale(page, generated) == ["a", "b"]
+    assert docs.write([tmp_path], generated) == [page]
+    text = page.read_text()
+    assert text == ("intro\n<!-- BEGIN analyze.py a -->\n| 1.00x |\n<!-- END analyze.py a -->\nprose 2x\n"
+                    "<!-- BEGIN analyze.py b -->\n- two\n<!-- END analyze.py b -->\n")
+    assert docs.stale(page, generated) == [] and docs.write([page], generated) == []
+    page.write_text(text.replace("1.00x", "1.01x"))
+    assert docs.stale(page, generated) == ["a"]
+    page.write_text(text + "<!-- BEGIN analyze.py nope -->\n<!-- END analyze.py nope -->\n")
+    with pytest.raises(ValueError, match="nope"):
+        docs.write([page], generated)

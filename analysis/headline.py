@@ -1,0 +1,109 @@
+"""The answer first: what the study is made of (machines, runs), the headline table and chart
+that README.md shows, generated like every other figure."""
+
+import json
+from collections import defaultdict
+
+from .cpuenv import CPU_ENV_PAIRS
+from .exp1 import REFERENCE, runs_behind
+from .output import color, fmt, variant_order
+from .stats import MODELS, bucket_means, one_ratio, ratio_cell, steady, total_time
+
+STEADY = steady("time/iteration")
+NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, cached", "equinox": "Equinox",
+         "torch": "PyTorch, eager", "torch_compile": "PyTorch, torch.compile"}
+
+
+def study_section(runs, skipped, out):
+    seen = defaultdict(int)
+    for r in runs:
+        key = (r.info.get("device"), r.info.get("cpu"), json.dumps(r.info.get("versions", {}), sort_keys=True))
+        seen[key] += 1
+    rows = [[n, device, cpu, ", ".join(f"{k} {val}" for k, val in json.loads(versions).items() if val)]
+            for (device, cpu, versions), n in sorted(seen.items(), key=lambda kv: -kv[1])]
+    out.table("Machines and versions", ["runs", "device", "CPU", "versions"], rows, block="machines")
+    rows = []
+    for exp in ("exp1", "exp2", "exp3", "cpuenv", "envscale"):
+        for model in MODELS:
+            sel = [r for r in runs if r.experiment == exp and r.model == model]
+            if sel:
+                its = sorted({r.summary["num_iterations"] for r in sel})
+                rows.append([exp, model, len(sel), len({r.env_id for r in sel}), len({r.variant for r in sel}),
+                             len({r.seed for r in sel}), "/".join(map(str, its))])
+    out.table("What ran", ["experiment", "model", "runs", "envs", "variants", "seeds", "iterations"], rows,
+              block="what-ran", note=f"{len(runs)} runs analysed, {len(skipped)} skipped.")
+
+
+def headline_section(exp1, cpuenv, out):
+    """README's table: each variant's steady-state time against Linen's at each model size."""
+    models = [m for m in MODELS if any(r.model == m for r in exp1)]
+    variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
+    rows = [[f"{NAMES.get(REFERENCE, REFERENCE)}: seconds per iteration",
+             *(f"{fmt(bucket_means(exp1, REFERENCE, m)[2])} s" for m in models)]]
+    for v in variants:
+        rows.append([f"{NAMES.get(v, v)} / Linen", *(ratio_cell(one_ratio(exp1, v, REFERENCE, STEADY, m))
+                                                   for m in models)])
+    for v in ("torch", "torch_compile"):
+        if v in variants:
+            rows.append([f"whole run, {NAMES[v]} / Linen",
+                         *(ratio_cell(one_ratio(exp1, v, REFERENCE, total_time, m)) for m in models)])
+    out.heading("The answer first")
+    out.table("Time per iteration against Flax Linen's, steady state (iterations 8..end)",
+              ["time, A / B", *models], rows, block="headline",
+              note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
+                   "Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead.")
+    rows = []
+    compile_cells = [f"{NAMES[v]} {fmt(bucket_means(exp1, v, 'small')[0])} s" for v in (REFERENCE, "torch", "torch_compile")
+                     if bucket_means(exp1, v, "small")]
+    rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
+    for a, b, what in CPU_ENV_PAIRS[:4]:
+        if row := one_ratio(cpuenv, a, b, STEADY, "small"):
+            rows.append([f"CPU environments: {what} ({a} / {b})", ratio_cell(row)])
+    out.table("What else a user weighs (small model)", ["", "measured"], rows, block="headline-more")
+    plot_headline(exp1, models, variants, out)
+
+
+def plot_headline(exp1, models, variants, out):
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    width = 0.8 / len(variants)
+    top = 1.0
+    for j, v in enumerate(variants):
+        for i, m in enumerate(models):
+            row = one_ratio(exp1, v, REFERENCE, STEADY, m)
+            if not row:
+                continue
+            x = i + (j - (len(variants) - 1) / 2) * width
+            has_ci = row["envs"] >= 5
+            err = [[row["geomean"] - row["ci_low"]], [row["ci_high"] - row["geomean"]]] if has_ci else None
+            # from the line at 1: up when slower than Linen, down when faster
+            ax.bar(x, row["geomean"] - 1, width, bottom=1, color=color(v), label=NAMES.get(v, v) if i == 0 else None,
+                   yerr=err, capsize=2, ecolor="black")
+            above = max(row["geomean"], row["ci_high"] if has_ci else 0, 1)
+            ax.text(x, above * 1.03, f"{row['geomean']:.2f}", ha="center", va="bottom", fontsize=7)
+            top = max(top, row["ci_high"] if has_ci else row["geomean"])
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set_yscale("log")
+    ticks = [t for t in (0.5, 0.75, 1, 1.5, 2, 3, 4, 6) if t <= top * 1.3]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_yticklabels([f"{t:g}x" for t in ticks])
+    labels = []
+    for m in models:
+        sel = [r for r in exp1 if r.model == m and r.variant == REFERENCE]
+        envs, seeds = len({r.env_id for r in sel}), len({r.seed for r in sel})
+        its = "/".join(map(str, sorted({r.summary["num_iterations"] for r in sel})))
+        labels.append(f"{m} model\n{envs} env{'s' * (envs > 1)} × {seeds} seed{'s' * (seeds > 1)}\n{its} iterations\n"
+                      f"= {len(sel)} run{'s' * (len(sel) > 1)} per bar")
+    ax.set_xticks(range(len(models)), labels)
+    ax.set_ylabel("time per iteration / Flax Linen's\n(steady state; above 1: slower)")
+    ax.set_ylim(top=top * 1.4)
+    ax.legend(fontsize=8, loc="upper left", ncols=2)
+    machines = sorted({f"{r.info.get('cpu')} ({r.info.get('device')})" for r in exp1})
+    ax.set_title(f"How long each framework takes against Flax Linen\non {', '.join(machines)}", fontsize=10)
+    fig.tight_layout()
+    out.chart(fig, "headline.png", "Each framework's steady-state time per iteration against Flax Linen's at "
+              "each model size: bars above the line are slower; black whiskers are 95% intervals over envs "
+              "(none where fewer than 5 envs ran).")

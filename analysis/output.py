@@ -1,0 +1,91 @@
+"""Where the analysis goes: REPORT.md's lines, the same tables on the console (rich), the named
+blocks that README.md and docs/ show, and the charts with a caption saying what to read."""
+
+import math
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)  # logs: no wrapped tables
+
+# one colour per variant in every chart; the order is the order of legends and tables
+VARIANT_COLORS = {
+    "linen": "#1f77b4", "linen-nojit": "#aec7e8", "nnx": "#ff7f0e", "nnx-nojit": "#ffbb78",
+    "nnx_cached": "#d62728", "equinox": "#2ca02c", "equinox-nojit": "#98df8a", "torch": "#9467bd",
+    "torch-nojitenv": "#c5b0d5", "torch_compile": "#8c564b", "torch_compile-default": "#c49c94",
+    "torch_compile-reduce-overhead": "#e377c2", "torch_compile-max-autotune": "#f7b6d2",
+    "torch_gymnasium": "#17becf", "linen_gymnasium": "#bcbd22", "linen_gymnasium-nojit": "#dbdb8d",
+}
+MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
+
+
+def variant_order(variants) -> list[str]:
+    known = [v for v in VARIANT_COLORS if v in variants]
+    return known + sorted(set(variants) - set(known))
+
+
+def color(variant: str) -> str:
+    if variant in VARIANT_COLORS:
+        return VARIANT_COLORS[variant]
+    import matplotlib
+
+    return matplotlib.colormaps["tab20b"](abs(hash(variant)) % 20)
+
+
+def fmt(x, digits=3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float):  # three significant digits, trailing zeros kept: 0.120, 3.00, 17.4
+        return f"{x:#.{digits}g}".rstrip(".") if abs(x) < 1000 else f"{x:,.0f}"
+    return str(x)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows])
+
+
+class Output:
+    """REPORT.md in the making. Every table and generated sentence goes into it; those given a
+    block name are also what README.md and docs/ show between their BEGIN/END markers."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.md, self.blocks, self.charts = folder, [], {}, []
+
+    def heading(self, title: str, *intro: str):
+        self.md += [f"## {title}", ""] + ([" ".join(intro), ""] if intro else [])
+
+    def table(self, title: str, header: list[str], rows: list[list], block: str | None = None,
+              note: str | None = None):
+        shown = Table(title=title)
+        for h in header:
+            shown.add_column(h)
+        for row in rows:
+            shown.add_row(*[fmt(c) for c in row])
+        console.print(shown)
+        lines = markdown_table(header, rows) + (["", note] if note else [])
+        self.md += [f"### {title}", "", *lines, ""]
+        if block:
+            self.block(block, lines)
+
+    def text(self, lines: list[str], block: str | None = None):
+        """Generated prose: sentences whose every figure comes from the runs."""
+        self.md += [*lines, ""]
+        if block:
+            self.block(block, lines)
+
+    def block(self, name: str, lines: list[str]):
+        if name in self.blocks:
+            raise ValueError(f"two blocks named {name!r}")
+        self.blocks[name] = "\n".join(lines) + "\n"
+
+    def chart(self, fig, name: str, caption: str, dpi: int = 110):
+        """Saves the figure; REPORT.md shows it where it stands, with its caption under it."""
+        import matplotlib.pyplot as plt
+
+        fig.savefig(self.folder / name, dpi=dpi)
+        plt.close(fig)
+        self.charts.append(name)
+        self.md += [f"![{caption}]({name})", "", f"*{caption}*", ""]

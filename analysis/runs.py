@@ -1,0 +1,142 @@
+"""Reading runs: every run directory below a folder or inside an archive, with TensorBoard's
+own event reader (no down-sampling); partial, corrupt and empty runs skipped with the reason."""
+
+import json
+import tarfile
+import tempfile
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale")  # bench.sh's folders
+
+
+@dataclass
+class Run:
+    path: Path
+    variant: str
+    env_id: str
+    model: str
+    seed: int
+    synced: bool
+    summary: dict
+    info: dict
+    experiment: str = ""
+    scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
+
+    def series(self, tag):
+        return self.scalars.get(tag, (np.array([]), np.array([]), np.array([])))
+
+
+def read_scalars(run_dir: Path) -> dict:
+    """Every scalar of every event file in run_dir, merged, with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
+
+    acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0, ea.SCALARS: 0})
+    acc.Reload()
+    points = defaultdict(list)
+    for tag in acc.Tags()["scalars"]:
+        points[tag] += [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)]
+    for tag in acc.Tags()["tensors"]:
+        points[tag] += [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)), e.wall_time)
+                        for e in acc.Tensors(tag)]
+    return {tag: tuple(np.array(col) for col in zip(*sorted(pts))) for tag, pts in points.items()}
+
+
+def load_run(run_dir: Path) -> Run:
+    """One run, or ValueError saying why it cannot be used."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"corrupt run.json ({e})")
+    if not (run_dir / "summary.json").exists():
+        raise ValueError("partial: no summary.json (interrupted or still running)")
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        args = info["args"]
+        run = Run(run_dir, summary["variant"], summary["env_id"], summary["model"], int(summary["seed"]),
+                  bool(args["sync_timing"]), summary, info)
+        run.experiment = experiment_of(run)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"corrupt summary.json or run.json ({type(e).__name__}: {e})")
+    if not any(run_dir.glob("*tfevents*")):
+        raise ValueError("empty: no event file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.scalars = read_scalars(run_dir)
+    except Exception as e:  # the reader raises many kinds on a damaged file
+        raise ValueError(f"corrupt event file ({type(e).__name__}: {e})")
+    if "time/iteration" not in run.scalars:
+        raise ValueError("empty: the event files hold no time/iteration scalars")
+    return run
+
+
+def experiment_of(run: Run) -> str:
+    """The bench.sh folder a run ran in; for a run from elsewhere, a guess from its settings."""
+    named = [part for part in run.path.parts if part in EXPERIMENTS]
+    if named:
+        return named[-1]
+    if run.info["args"].get("num_envs", 32) != 32:
+        return "envscale"
+    if run.variant.startswith(("torch_gymnasium", "linen_gymnasium")):
+        return "cpuenv"
+    if not run.synced:
+        return "exp1"
+    return "exp3" if run.env_id == "Acrobot-v1" and run.model != "small" else "exp2"
+
+
+def find_runs(roots: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The complete runs below each folder or inside each archive, and the skipped ones with why."""
+    runs, skipped = [], []
+    for root in roots:
+        if not Path(root).exists():
+            skipped.append((Path(root), "does not exist"))
+        elif Path(root).is_file() and tarfile.is_tarfile(root):
+            with tempfile.TemporaryDirectory() as tmp:  # every run is read whole before it goes
+                with tarfile.open(root) as tar:
+                    tar.extractall(tmp, filter="data")
+                found, bad = runs_below(Path(tmp))
+            # named inside the archive, so the report is the same wherever it was unpacked
+            inside = lambda path: Path(root) / path.relative_to(tmp)
+            for run in found:
+                run.path = inside(run.path)
+            runs += found
+            skipped += [(inside(path), why) for path, why in bad]
+        else:
+            found, bad = runs_below(Path(root))
+            runs += found
+            skipped += bad
+    return runs, skipped
+
+
+def runs_below(root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
+    runs, skipped = [], []
+    for run_json in sorted(root.rglob("run.json")):
+        run_dir = run_json.parent
+        if "warmup" in run_dir.parts:
+            continue
+        try:
+            runs.append(load_run(run_dir))
+        except ValueError as e:
+            skipped.append((run_dir, str(e)))
+    return runs, skipped
+
+
+def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
+    """Packs what the report reads of every complete run (run.json, summary.json, the event
+    files; not console logs) into one .tar.xz: (runs packed, runs left out with why)."""
+    count, left_out = 0, []
+    with tarfile.open(archive, "w:xz", preset=9) as tar:
+        for root in map(Path, roots):
+            runs, skipped = runs_below(root)
+            left_out += skipped
+            for run in runs:
+                for f in sorted([run.path / "run.json", run.path / "summary.json", *run.path.glob("*tfevents*")]):
+                    tar.add(f, arcname=str(root.resolve().name / f.relative_to(root)))
+            count += len(runs)
+    return count, left_out

@@ -1,0 +1,164 @@
+"""Statistics, one convention everywhere:
+- a ratio is "time of A / time of B" (above 1: A takes longer), for every pair of runs that
+  differ only in the variant, summarized by the geometric mean over all such pairs;
+- an interval only from at least MIN_FOR_INTERVAL independent units (environments): a 95%
+  bootstrap interval of the geometric mean resampling them; from fewer, "n = k, range";
+  from one run each, "1 run each";
+- learning parity as tests, not as overlapping intervals: Welch's t-test per env ("no
+  difference detected with n seeds") and an equivalence test (TOST) with a named margin."""
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+MIN_FOR_INTERVAL = 5  # below this many units, a bootstrap interval says more than the data
+MODELS = ("small", "medium", "large")
+EQUIVALENCE_MARGIN = 0.5  # in pooled within-variant standard deviations of the final return
+ALPHA = 0.05
+
+
+# ---- what one run measured
+def iteration_buckets(run) -> tuple[float, float, float]:
+    """Mean iteration time in benchback-rl's buckets: 0, 1..7, 8..end."""
+    t = run.series("time/iteration")[1]
+    mean = lambda x: float(np.mean(x)) if len(x) else math.nan
+    return float(t[0]), mean(t[1:8]), mean(t[8:])
+
+
+def bucket_means(runs, variant: str, model: str) -> tuple[float, float, float] | None:
+    """The buckets' means over a variant's runs of one model size."""
+    buckets = [iteration_buckets(r) for r in runs if r.variant == variant and r.model == model]
+    return tuple(float(np.nanmean(col)) for col in zip(*buckets)) if buckets else None
+
+
+def steady(tag: str):
+    """The mean of a per-iteration time over iterations 8..end, from the event file."""
+    def value(run):
+        t = run.series(tag)[1]
+        return float(np.mean(t[8:])) if len(t) > 8 else None
+    return value
+
+
+def total_time(run):
+    return run.summary.get("time/total")
+
+
+def median_summary(runs, *keys) -> float | None:
+    """The median over runs of the sum of these summary.json values (runs lacking one are left out)."""
+    values = [sum(v) for r in runs if None not in (v := [r.summary.get(k) for k in keys])]
+    return float(np.median(values)) if values else None
+
+
+# ---- ratios between variants
+def geomean(x) -> float:
+    return float(np.exp(np.mean(np.log(x))))
+
+
+def pair_ratios(runs, a: str, b: str, value) -> dict[tuple[str, str], np.ndarray]:
+    """{(env, model): value(run of a) / value(run of b) for every pair of repeats}."""
+    by = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        v = value(r)
+        if v is not None and v > 0:
+            by[(r.env_id, r.model)][r.variant].append(v)
+    out = {}
+    for key, per_variant in by.items():
+        if per_variant.get(a) and per_variant.get(b):
+            out[key] = np.array([x / y for x in per_variant[a] for y in per_variant[b]])
+    return out
+
+
+def bootstrap_geomean_ci(ratios_by_env: list[np.ndarray], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of the geometric mean, resampling environments (the main source of spread);
+    NaN from fewer than MIN_FOR_INTERVAL environments."""
+    if len(ratios_by_env) < MIN_FOR_INTERVAL:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    logs = [np.log(r) for r in ratios_by_env]
+    means = []
+    for _ in range(n):
+        pick = rng.integers(0, len(logs), len(logs))
+        means.append(np.mean(np.concatenate([logs[i] for i in pick])))
+    return float(np.exp(np.percentile(means, 2.5))), float(np.exp(np.percentile(means, 97.5)))
+
+
+def ratio_row(per_env: list[np.ndarray]) -> dict:
+    """Geometric mean, median, interval (or range) of one pair's ratios, grouped by env."""
+    flat = np.concatenate(per_env)
+    low, high = bootstrap_geomean_ci(per_env)
+    env_means = [geomean(r) for r in per_env]
+    return {"geomean": geomean(flat), "median": float(np.median(flat)), "ci_low": low, "ci_high": high,
+            "min": min(env_means) if len(per_env) > 1 else float(flat.min()),
+            "max": max(env_means) if len(per_env) > 1 else float(flat.max()),
+            "envs": len(per_env), "ratios": len(flat)}
+
+
+def speedup_table(runs, value, pairs, models=MODELS) -> list[dict]:
+    """Per pair and model size: the ratio row over every env that ran both variants."""
+    rows = []
+    for a, b in pairs:
+        ratios = pair_ratios(runs, a, b, value)
+        for model in models:
+            per_env = [r for (env, m), r in sorted(ratios.items()) if m == model]
+            if per_env:
+                rows.append({"pair": f"{a} / {b}", "model": model, **ratio_row(per_env)})
+    return rows
+
+
+def spread(row: dict) -> str:
+    """The interval where there are enough envs, else what there is, said plainly."""
+    if row["envs"] >= MIN_FOR_INTERVAL:
+        return f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+    if row["envs"] > 1:
+        return f"n = {row['envs']} envs, range {row['min']:.2f}–{row['max']:.2f}"
+    if row["ratios"] > 1:
+        return f"1 env, {row['ratios']} run pairs, range {row['min']:.2f}–{row['max']:.2f}"
+    return "1 run each"
+
+
+def ratio_cell(row: dict | None) -> str:
+    """'2.78x [2.71, 2.86]', '3.0x (n = 2 envs, range 2.9–3.1)', '1.99x (1 run each)' or 'not run'."""
+    if row is None:
+        return "not run"
+    s = spread(row)
+    return f"{row['geomean']:.2f}x " + (s if s.startswith("[") else f"({s})")
+
+
+def includes_one(row: dict) -> str:
+    if row["envs"] < MIN_FOR_INTERVAL:
+        return "too few envs for an interval"
+    return "its interval includes 1" if row["ci_low"] <= 1 <= row["ci_high"] else "its interval excludes 1"
+
+
+def one_ratio(runs, a: str, b: str, value, model: str, envs=None) -> dict | None:
+    """The ratio row of one pair at one model size (on the given envs only), or None."""
+    rows = speedup_table([r for r in runs if envs is None or r.env_id in envs], value, [(a, b)], (model,))
+    return rows[0] if rows else None
+
+
+# ---- learning parity
+def welch_p(a, b) -> float:
+    """Two-sided p of Welch's t-test (NaN when it cannot be computed: fewer than 2 runs, no spread)."""
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2 or (np.var(a) == 0 and np.var(b) == 0):
+        return math.nan
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def tost_p(differences, margin: float = EQUIVALENCE_MARGIN) -> float:
+    """Two one-sided t-tests that the mean of the differences lies inside (-margin, margin): the
+    larger of the two p values; below ALPHA, equivalence is shown at that margin."""
+    from scipy import stats
+
+    d = np.asarray(differences, float)
+    if len(d) < 2:
+        return math.nan
+    se = d.std(ddof=1) / math.sqrt(len(d))
+    if se == 0:
+        return 0.0 if abs(d.mean()) < margin else 1.0
+    df = len(d) - 1
+    p_lower = 1 - stats.t.cdf((d.mean() + margin) / se, df)  # H0: mean <= -margin
+    p_upper = stats.t.cdf((d.mean() - margin) / se, df)  # H0: mean >= margin
+    return float(max(p_lower, p_upper))
