@@ -88,7 +88,7 @@ class Args:
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit: bool = True
-    """wrap the policy step, the batch and the update in jax.jit (--no-jit: the seed's "none")"""
+    """wrap the policy step, the batch and the update in jax.jit (--no-jit: benchback-rl's "none")"""
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
@@ -432,7 +432,7 @@ class RunLog:
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
 
     def summary(self) -> dict:
-        """summary.json: the seed's overhead buckets (0, 1..7, 8..end) and the final return."""
+        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
         mean = lambda xs: float(np.mean(xs)) if xs else None
         it, args = self.times["iteration"], self.args
         return {

@@ -1,9 +1,10 @@
 """PPO with PyTorch, eager (benchback).
 
 One file, top to bottom, CleanRL style. The Gymnax environment runs in JAX on
-the device torch uses; actions and observations cross between the two through
-DLPack, never through the host. Nothing in the rollout or the update reads a
-tensor on the host: one fetch per iteration, for logging.
+the device torch uses. On a GPU, actions and observations cross between the two
+through DLPack without leaving the device; on a CPU, observations come back
+through DLPack and each action goes to JAX as a NumPy view. Nothing in the
+rollout or the update reads a tensor on the host: one fetch per iteration.
 
     python ppo_torch.py --env-id Acrobot-v1 --model large
     python ppo_torch.py --no-jit-env      # the environment without our jax.jit
@@ -86,7 +87,7 @@ class Args:
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit_env: bool = True
-    """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, the seed's "none")"""
+    """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, benchback-rl's "none")"""
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
@@ -242,7 +243,7 @@ def stack_steps(steps: list[EnvStep]) -> EnvStep:
 
 
 def to_jax(action: torch.Tensor):
-    """torch -> JAX, never through the host: DLPack on a GPU; on the CPU a NumPy view, which jit takes for less."""
+    """torch -> JAX without a copy: DLPack on a GPU; on a CPU a NumPy view, which jit takes for less."""
     return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
 
 
@@ -407,7 +408,7 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
 
 
 def torch_device() -> torch.device:
-    """The device JAX steps the environments on, so DLPack never copies through the host."""
+    """The device JAX steps the environments on, so that DLPack hands arrays over without a copy."""
     return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
 
 
@@ -459,7 +460,7 @@ class RunLog:
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
 
     def summary(self) -> dict:
-        """summary.json: the seed's overhead buckets (0, 1..7, 8..end) and the final return."""
+        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
         mean = lambda xs: float(np.mean(xs)) if xs else None
         it, args = self.times["iteration"], self.args
         return {

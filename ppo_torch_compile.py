@@ -5,7 +5,7 @@ style: the policy step, GAE and the whole minibatch update (forward, loss,
 backward, clip, Adam) are compiled; the learning rate is a tensor written in
 place, so annealing never recompiles. On CUDA the compiled code replays as CUDA
 graphs (mode reduce-overhead). The Gymnax environment runs in JAX on the device
-torch uses; the two exchange arrays through DLPack, never through the host.
+torch uses; on a GPU the two exchange arrays through DLPack without leaving it.
 
     python ppo_torch_compile.py --env-id Acrobot-v1 --model large
     python ppo_torch_compile.py --compile-mode none   # exactly ppo_torch.py
@@ -88,7 +88,7 @@ class Args:
     log_dir: str = "runs"
     """parent directory of the run directories"""
     jit_env: bool = True
-    """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, the seed's "none")"""
+    """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, benchback-rl's "none")"""
     compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune", "none"] = "auto"
     """torch.compile mode: auto is reduce-overhead (CUDA graphs) on CUDA and default on CPU; none is eager"""
 
@@ -250,7 +250,7 @@ def stack_steps(steps: list[EnvStep]) -> EnvStep:
 
 
 def to_jax(action: torch.Tensor):
-    """torch -> JAX, never through the host: DLPack on a GPU; on the CPU a NumPy view, which jit takes for less."""
+    """torch -> JAX without a copy: DLPack on a GPU; on a CPU a NumPy view, which jit takes for less."""
     return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
 
 
@@ -425,7 +425,7 @@ def compile_hot_paths(mode: str):
 
 
 def torch_device() -> torch.device:
-    """The device JAX steps the environments on, so DLPack never copies through the host."""
+    """The device JAX steps the environments on, so that DLPack hands arrays over without a copy."""
     return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
 
 
@@ -477,7 +477,7 @@ class RunLog:
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
 
     def summary(self) -> dict:
-        """summary.json: the seed's overhead buckets (0, 1..7, 8..end) and the final return."""
+        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
         mean = lambda xs: float(np.mean(xs)) if xs else None
         it, args = self.times["iteration"], self.args
         return {

@@ -434,7 +434,7 @@ class RunLog:
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
 
     def summary(self) -> dict:
-        """summary.json: the seed's overhead buckets (0, 1..7, 8..end) and the final return."""
+        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
         mean = lambda xs: float(np.mean(xs)) if xs else None
         it, args = self.times["iteration"], self.args
         return {

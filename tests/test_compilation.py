@@ -1,4 +1,4 @@
-"""No recompilation after the first iteration (the seed's NNX code recompiled in its
+"""No recompilation after the first iteration (benchback-rl's NNX code recompiled in its
 second iteration because its accumulators changed shape between calls), and
 torch.compile's mode none is the eager script."""
 

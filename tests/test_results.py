@@ -1,27 +1,52 @@
-"""results/ is what its raw data say: analyze.py, run on the committed archive, writes REPORT.md
-again, table for table."""
+"""results/ and the docs are what the raw data say: analyze.py, run on the committed archive,
+writes REPORT.md again line for line, and every generated block of README.md and docs/ again
+exactly, so a figure edited by hand, or one left stale by a new study, fails here."""
 
 import shutil
 
 import pytest
+from analysis import docs
 from helpers import ROOT
 from test_analyze import analyze
 
-ARCHIVE = "results/study.tar.xz"  # as README's command names it, relative to the project root
+ARCHIVE = "results/study.tar.xz"  # as the docs' command names it, relative to the project root
+DOCS = ["README.md", "docs"]
+REGENERATE = f"python analyze.py {ARCHIVE} --out results --docs {' '.join(DOCS)}"
+pytestmark = pytest.mark.skipif(not (ROOT / ARCHIVE).exists(), reason=f"{ARCHIVE} is not committed yet")
 
 
-@pytest.mark.skipif(not (ROOT / ARCHIVE).exists(), reason=f"{ARCHIVE} is not committed yet")
-def test_report_regenerates_from_committed_data(tmp_path):
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    """The report and the docs as the committed archive gives them, in a scratch folder."""
+    out = tmp_path_factory.mktemp("regenerated")
     # the env-complexity and env-alone caches are results too: the report reads them, never re-measures
     for cache in ("envtime.json", "envscale.json"):
         if (ROOT / "results" / cache).exists():
-            shutil.copy(ROOT / "results" / cache, tmp_path / cache)
-    proc = analyze(ARCHIVE, "--out", tmp_path)
+            shutil.copy(ROOT / "results" / cache, out / cache)
+    shutil.copy(ROOT / "README.md", out / "README.md")
+    shutil.copytree(ROOT / "docs", out / "docs")
+    proc = analyze(ARCHIVE, "--out", out, "--docs", out / "README.md", out / "docs")
     assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_report_regenerates_from_committed_data(regenerated):
     committed = (ROOT / "results" / "REPORT.md").read_text().splitlines()
-    regenerated = (tmp_path / "REPORT.md").read_text().splitlines()
-    changed = [(i + 1, a, b) for i, (a, b) in enumerate(zip(committed, regenerated)) if a != b]
-    assert not changed and len(committed) == len(regenerated), (
-        f"results/REPORT.md differs from what {ARCHIVE} gives, first at line {changed[:1]}")
-    for chart in (line.split("](")[1][:-1] for line in regenerated if line.startswith("![")):
+    fresh = (regenerated / "REPORT.md").read_text().splitlines()
+    changed = [(i + 1, a, b) for i, (a, b) in enumerate(zip(committed, fresh)) if a != b]
+    assert not changed and len(committed) == len(fresh), (
+        f"results/REPORT.md differs from what {ARCHIVE} gives, first at line {changed[:1]}: run `{REGENERATE}`")
+    for chart in (line.split("](")[1][:-1] for line in fresh if line.startswith("![")):
         assert (ROOT / "results" / chart).exists(), f"REPORT.md shows {chart}, which results/ lacks"
+
+
+def test_every_generated_block_regenerates(regenerated):
+    pages = docs.markdown_files([ROOT / d for d in DOCS])
+    assert docs.blocks_in((ROOT / "README.md").read_text()), "README.md shows no generated block"
+    for page in pages:
+        name = page.relative_to(ROOT)
+        committed = docs.blocks_in(page.read_text(), str(name))
+        fresh = docs.blocks_in((regenerated / name).read_text(), str(name))
+        stale = [block for block, body in committed.items() if fresh[block] != body]
+        assert not stale, (f"{name}: generated block {', '.join(stale)} is not what {ARCHIVE} gives "
+                           f"(edited by hand, or stale): run `{REGENERATE}`")

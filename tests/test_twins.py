@@ -1,7 +1,7 @@
 """Proof that the CPU-environment scripts' envs are twins of the Gymnax ones: the classic-control
 envs compute the same transitions from the same state, and every twin has Gymnax's action set,
 observation size and time limit. (The MinAtar games draw their randomness differently in the
-two implementations, so their transitions cannot be compared step by step; README says so.)"""
+two implementations, so their transitions cannot be compared step by step; docs/method.md says so.)"""
 
 import numpy as np
 import pytest

@@ -1,0 +1,94 @@
+"""README.md and docs/ keep their promises: links resolve, the README answers first and stays
+short, no measured figure stands outside a generated block, and the tables that describe the
+project (tests, variants, presets) list all of it."""
+
+import dataclasses
+import itertools
+import re
+import typing
+
+import pytest
+from analysis import docs
+from helpers import ROOT, SCRIPTS, load
+from test_bench import planned
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:x|×| s\b| ms\b| µs\b|%)")  # a measured figure: a ratio, a time, a share
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def prose(text: str) -> str:
+    """What is written by hand: the text without its generated blocks and fenced code."""
+    text = docs.BLOCK.sub("", text)
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page) -> set[str]:
+    return {slug(line.lstrip("#")) for line in page.read_text().splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_resolve(page):
+    for target in LINK.findall(page.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        assert resolved.exists() and ROOT in resolved.parents, f"{page.name}: link to {target} leads nowhere"
+        if anchor:
+            assert anchor in anchors(resolved), f"{page.name}: link to {target}: no such heading"
+
+
+def test_readme_answers_first_and_stays_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    words = len(" ".join(line for line in lines if not line.startswith("|")).split())  # tables are generated
+    assert words <= 1600, f"README.md has {words} words: a newcomer's README has about 1,500"
+    first_screen = "\n".join(lines[:60])
+    assert "<!-- BEGIN analyze.py headline -->" in first_screen, "the headline table is not in the first 60 lines"
+    assert "never run on a GPU" in first_screen, "the CPU-only caveat is not in the first 60 lines"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_measured_figure_outside_generated_blocks(page):
+    hits = FIGURE.findall(prose(page.read_text()))
+    assert not hits, f"{page.name}: figures typed by hand outside the generated blocks: {hits[:5]}"
+
+
+def test_every_test_file_is_in_the_proof_table():
+    method = (ROOT / "docs" / "method.md").read_text()
+    for test in sorted((ROOT / "tests").glob("test_*.py")):
+        assert f"| `{test.name}` |" in method, f"docs/method.md's test table lacks {test.name}"
+
+
+def variants(script) -> set[str]:
+    """Every variant name the script's toggles (the fields beyond the shared ones) can give."""
+    m = load(script)
+    shared = {f.name for f in dataclasses.fields(load("ppo_linen.py").Args)} - {"jit"}
+    toggles = [f for f in dataclasses.fields(m.Args) if f.name not in shared]
+    choices = [[True, False] if f.type is bool else list(typing.get_args(f.type)) for f in toggles]
+    return {m.variant_name(dataclasses.replace(m.Args(), **dict(zip([f.name for f in toggles], values))))
+            for values in itertools.product(*choices)}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_variant_is_in_the_scripts_table(script):
+    (row,) = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| `{script}` |")]
+    for name in variants(script):
+        stem = name.removesuffix("-nojitenv")
+        listed = f"`{name}`" in row or (stem != name and f"`{stem}`" in row and "`-nojitenv`" in row)
+        assert listed, f"README's script table does not name {script}'s variant {name}"
+
+
+def test_preset_table_counts_what_bench_plans():
+    text = (ROOT / "docs" / "benchmark.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| (\d+) \|", text, flags=re.M))
+    assert set(rows) == {"warmup", "exp1", "exp2", "exp3", "cpuenv", "envscale", "sweep", "quick"}
+    for preset, count in rows.items():
+        assert len(planned(preset)) == int(count), f"docs/benchmark.md: {preset} plans {len(planned(preset))} runs"
+    seeds = re.search(r"benchback-rl's three experiments \((\d+) runs\)", text)
+    assert int(seeds[1]) == sum(int(rows[e]) for e in ("exp1", "exp2", "exp3"))
