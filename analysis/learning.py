@@ -114,5 +114,5 @@ def learning_section(small, parity, out):
     out.table("Learning parity, per variant", ["variant", "model", "envs", "envs where Welch's test detects a "
               "difference (p < 0.05)", f"equivalence within ±{EQUIVALENCE_MARGIN} SD (TOST)"], rows,
               block="learning-parity",
-              note=f"{sum(len(s['differs']) for s in per_variant.values())} of {tests} per-env tests detect a "
-                   f"difference at p < {ALPHA}; about {ALPHA * tests:.1f} would by chance alone.")
+              note=(f"{sum(len(s['differs']) for s in per_variant.values())} of {tests} per-env tests detect a "
+                    f"difference at p < {ALPHA}; about {ALPHA * tests:.1f} would by chance alone.") if tests else None)

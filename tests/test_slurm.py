@@ -178,7 +178,7 @@ def test_sweep_on_a_live_slurm_cluster(slurm_cluster, tmp_path):
     analysis_log = (out / "slurm" / "analysis.out").read_text()
     assert "ppo_equinox.py" in analysis_log  # the analysis job repeats the failures
     report = (out / "results" / "REPORT.md").read_text()
-    assert "2 runs read" in report and "| torch → linen | small |" in report
+    assert "2 runs read" in report and "| torch / linen | small |" in report
 
     again = bench(*plan, "--resume", "--slurm", "3", "--", *TINY, env=env)  # the real python now
     assert again.returncode == 0, again.stdout + again.stderr
