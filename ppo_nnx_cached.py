@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import tyro
-from flax import nnx
+from flax import nnx, serialization
 from gymnax.environments import spaces
 from rich.progress import Progress
 from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
@@ -87,6 +87,12 @@ class Args:
     """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
     log_dir: str = "runs"
     """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the trained actor-critic and its optimizer state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
     jit: bool = True
     """wrap rollout and update in nnx.jit (--no-jit: benchback-rl's "none", each lax.scan compiles per call)"""
 
@@ -226,6 +232,46 @@ def make_model(key, obs_dim, num_actions, args: Args):
     return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
 
 
+# saving and loading: the model's and optimizer's state as a pure dict, in Flax's msgpack
+MODEL_FILE, SAVED_BY = "model.msgpack", "ppo_nnx_cached.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, model: ActorCritic, optimizer: nnx.Optimizer, args: Args) -> str:
+    """The actor-critic's weights and the optimizer's state, which a later run can start from."""
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    state = nnx.to_pure_dict(nnx.state((model, optimizer)))
+    with open(os.path.join(run_dir, MODEL_FILE), "wb") as f:
+        f.write(serialization.msgpack_serialize({"meta": meta, "state": state}))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """The state a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            saved = serialization.msgpack_restore(f.read())
+        meta, state = saved["meta"], saved["state"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return state
+
+
+def restore(model: ActorCritic, optimizer: nnx.Optimizer, saved: dict):
+    """The saved weights and Adam's state (moments, step count), in place; the schedule starts again."""
+    state = nnx.state((model, optimizer))
+    nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, saved))
+    nnx.update((model, optimizer), state)
+    schedule = optimizer.opt_state[1]  # inject_hyperparams counts the schedule's steps: from 0 again
+    schedule.count[...] = 0
+    schedule.hyperparams_states["learning_rate"].count[...] = 0
+
+
 # %% rollout
 class Runner(NamedTuple):
     key: jax.Array
@@ -269,6 +315,21 @@ def rollout(model: ActorCritic, runner: Runner, env, env_params, args: Args):
         "explained_variance": 1 - jnp.var(returns - values) / jnp.var(returns),
     }
     return runner, batch, stats
+
+
+def evaluate(model: ActorCritic, key, env, env_params, num_episodes: int):
+    """One episode on each of num_episodes fresh envs with the greedy policy: their returns."""
+    obs, env_state = env_reset(key, env, env_params, num_episodes)
+
+    def step(carry):
+        env_state, obs, returns, done = carry
+        logits = model.logits(obs)
+        env_state, out = env_step(env_state, jnp.argmax(logits, -1).astype(jnp.int32), env, env_params, num_episodes)
+        ended = (out.terminated | out.truncated) & ~done  # each env's first episode only
+        return env_state, out.obs, jnp.where(ended, out.episode_return, returns), done | ended
+
+    carry = (env_state, obs, jnp.zeros(num_episodes), jnp.zeros(num_episodes, bool))
+    return jax.lax.while_loop(lambda carry: ~carry[3].all(), step, carry)[2]
 
 
 # %% GAE
@@ -427,6 +488,17 @@ class RunLog:
         self.writer.flush()  # an interrupted run keeps every finished iteration
         return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
 
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode), and their mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        mean = float(np.mean(returns)) if returns else None
+        if returns:
+            self.writer.add_scalar("eval/episodic_return_mean", mean, self.args.num_iterations * self.args.num_envs
+                                   * self.args.num_steps)
+        return {"eval/episodic_return": mean, "eval/episodic_returns": returns or None}
+
     def final_return(self):
         """Mean return of the episodes that ended in the last 10 iterations."""
         count = sum(n for n, _ in self.episodes[-10:])
@@ -438,7 +510,7 @@ class RunLog:
         it, args = self.times["iteration"], self.args
         return {
             "time/startup": self.start_train - START_TIME,
-            "time/iteration_0": it[0],
+            "time/iteration_0": it[0] if it else None,
             "time/iteration_mean_1_7": mean(it[1:8]),
             "time/iteration_mean_8_end": mean(it[8:]),
             "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
@@ -451,7 +523,7 @@ class RunLog:
         }
 
 
-def train(args: Args, env, env_params, log: RunLog):
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None):
     def setup(seed):
         init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
         obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
@@ -462,6 +534,8 @@ def train(args: Args, env, env_params, log: RunLog):
     # it runs once, so XLA compiles it without optimizing it, in half the time
     once = nnx.jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})
     model, optimizer, runner, shuffle_key = once(args.seed)
+    if saved is not None:
+        restore(model, optimizer, saved)
     rollout_fn = partial(rollout, env=env, env_params=env_params, args=args)
     update_fn = partial(update, shuffle_key=shuffle_key, args=args)
     if args.jit:  # each call consumes what it changes: XLA reuses the runner's, model's and optimizer's buffers
@@ -489,13 +563,13 @@ def train(args: Args, env, env_params, log: RunLog):
             if args.sync_timing:
                 times.update(rollout=t1 - t0, update=t2 - t1)
             progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
-    return model
+    return model, optimizer
 
 
 # %% main
 RANGES = {  # every numeric argument's valid values, checked before anything is written
-    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"),
-                           lambda x: x > 0),
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "eval_episodes"), lambda x: x >= 0),
     "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
     ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
     "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
@@ -524,20 +598,28 @@ def main():
     args = tyro.cli(Args)
     check_args(args)
     env, env_params = make_env(args.env_id)
+    # a model this run cannot start from is refused before anything is written
+    saved = read_model(args.load_model, args) if args.load_model else None
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
     try:
-        train(args, env, env_params, log)
+        model, optimizer = train(args, env, env_params, log, saved)
+        summary = log.summary()  # the timed part ends here: saving and evaluating come after it
+        summary["saved_model"] = save_model(run_dir, model, optimizer, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs, from a key that training never draws
+            evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes)
+            returns = nnx.jit(evaluate_fn)(model, jax.random.fold_in(jax.random.key(args.seed), 1))
+        summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()
-    summary = log.summary()
     with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
         json.dump(summary, f, indent=2)
-    print(f"{run_dir}: {summary['time/iteration_mean_8_end'] or summary['time/iteration_0']:.4f} s/iteration, "
-          f"final return {summary['charts/episodic_return_final']}")
+    evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
 
 
 if __name__ == "__main__":

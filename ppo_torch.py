@@ -86,6 +86,12 @@ class Args:
     """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
     log_dir: str = "runs"
     """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the trained actor-critic and its optimizer state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
     jit_env: bool = True
     """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, benchback-rl's "none")"""
 
@@ -221,6 +227,41 @@ def make_agent(obs_dim, num_actions, args: Args, device):
                                  eps=args.adam_eps, fused=True)
     return agent, optimizer
 
+# saving and loading: one torch.save of both state dicts, with what they fit
+MODEL_FILE, SAVED_BY = "model.pt", "ppo_torch.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, agent: ActorCritic, optimizer, args: Args) -> str:
+    """The actor-critic's weights and the optimizer's state, which a later run can start from."""
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    torch.save({"meta": meta, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()},
+               os.path.join(run_dir, MODEL_FILE))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """The state dicts a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only
+        meta = saved["meta"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+def restore(agent: ActorCritic, optimizer, saved: dict):
+    """The saved weights and optimizer state, in place; this run's learning-rate schedule starts again."""
+    agent.load_state_dict(saved["agent"])
+    learning_rate = optimizer.param_groups[0]["lr"]
+    optimizer.load_state_dict(saved["optimizer"])
+    optimizer.param_groups[0]["lr"] = learning_rate  # the rate this run's schedule sets, not the saved one
+
 
 # %% rollout
 class Runner(NamedTuple):
@@ -283,6 +324,21 @@ def rollout(agent: ActorCritic, runner: Runner, env_step_fn, args: Args):
         "explained_variance": 1 - (returns - values).var(correction=0) / returns.var(correction=0),
     }
     return Runner(env_state, obs), batch, stats
+
+
+def evaluate(agent: ActorCritic, key, env, env_params, num_episodes: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs with the greedy policy: their returns."""
+    obs, env_state = env_reset(key, env, env_params, num_episodes)
+    step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
+    returns, done = np.zeros(num_episodes), np.zeros(num_episodes, bool)
+    while not done.all():  # a loop on the host: evaluation is not timed
+        with torch.no_grad():
+            action = agent.logits(torch.from_dlpack(obs)).argmax(-1).int()
+        env_state, out = step(env_state, to_jax(action))
+        ended = np.asarray(out.terminated | out.truncated) & ~done  # each env's first episode only
+        returns[ended] = np.asarray(out.episode_return)[ended]
+        done, obs = done | ended, out.obs
+    return returns
 
 
 # %% GAE
@@ -454,6 +510,17 @@ class RunLog:
         self.writer.flush()  # an interrupted run keeps every finished iteration
         return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
 
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode), and their mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        mean = float(np.mean(returns)) if returns else None
+        if returns:
+            self.writer.add_scalar("eval/episodic_return_mean", mean, self.args.num_iterations * self.args.num_envs
+                                   * self.args.num_steps)
+        return {"eval/episodic_return": mean, "eval/episodic_returns": returns or None}
+
     def final_return(self):
         """Mean return of the episodes that ended in the last 10 iterations."""
         count = sum(n for n, _ in self.episodes[-10:])
@@ -465,7 +532,7 @@ class RunLog:
         it, args = self.times["iteration"], self.args
         return {
             "time/startup": self.start_train - START_TIME,
-            "time/iteration_0": it[0],
+            "time/iteration_0": it[0] if it else None,
             "time/iteration_mean_1_7": mean(it[1:8]),
             "time/iteration_mean_8_end": mean(it[8:]),
             "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
@@ -478,7 +545,7 @@ class RunLog:
         }
 
 
-def train(args: Args, env, env_params, log: RunLog):
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; JAX drives the environments
     device = torch_device()
     # the environments' reset as one compiled call, not dozens of op-by-op compilations; it runs
@@ -486,6 +553,8 @@ def train(args: Args, env, env_params, log: RunLog):
     reset = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))
     obs, env_state = reset.lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
     agent, optimizer = make_agent(obs.shape[1], env.action_space(env_params).n, args, device)
+    if saved is not None:
+        restore(agent, optimizer, saved)
     runner = Runner(env_state, torch.from_dlpack(obs))
     env_step_fn = partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs)
     if args.jit_env:  # the env state is consumed: XLA reuses its buffers
@@ -515,13 +584,13 @@ def train(args: Args, env, env_params, log: RunLog):
             if args.sync_timing:
                 times.update(rollout=t1 - t0, update=t2 - t1)
             progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
-    return agent
+    return agent, optimizer
 
 
 # %% main
 RANGES = {  # every numeric argument's valid values, checked before anything is written
-    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_iterations"),
-                           lambda x: x > 0),
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "eval_episodes"), lambda x: x >= 0),
     "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
     ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
     "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
@@ -551,6 +620,8 @@ def main():
     args = tyro.cli(Args)
     check_args(args)
     env, env_params = make_env(args.env_id)
+    # a model this run cannot start from is refused before anything is written
+    saved = read_model(args.load_model, args) if args.load_model else None
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     device = torch_device()
@@ -558,14 +629,20 @@ def main():
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
     try:
-        train(args, env, env_params, log)
+        agent, optimizer = train(args, env, env_params, log, saved)
+        summary = log.summary()  # the timed part ends here: saving and evaluating come after it
+        summary["saved_model"] = save_model(run_dir, agent, optimizer, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs, from a key that training never draws
+            returns = evaluate(agent, jax.random.fold_in(jax.random.key(args.seed), 1), env, env_params,
+                               args.eval_episodes)
+        summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()
-    summary = log.summary()
     with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
         json.dump(summary, f, indent=2)
-    print(f"{run_dir}: {summary['time/iteration_mean_8_end'] or summary['time/iteration_0']:.4f} s/iteration, "
-          f"final return {summary['charts/episodic_return_final']}")
+    evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,17 @@ class Adapter:
         optimizer used in its last step, read from the optimizer's state, and the logged one)."""
         raise NotImplementedError
 
+    def save(self, run_dir) -> str:
+        """The script's save_model: the file it wrote, in run_dir."""
+        raise NotImplementedError
+
+    def load(self, path):
+        """The script's read_model and restore, into this adapter's model and optimizer."""
+        raise NotImplementedError
+
+    def logits(self, obs) -> np.ndarray:
+        raise NotImplementedError
+
     @contextlib.contextmanager
     def drawn_permutations(self):
         """Every permutation the script's update() draws to shuffle the batch, in the order it
@@ -112,6 +123,16 @@ class Linen(Adapter):
         """What the script's rollout() takes first: Linen's train state, the others' model."""
         return self.state
 
+    def save(self, run_dir):
+        return self.m.save_model(str(run_dir), self.state, self.args)
+
+    def load(self, path):
+        self.state = self.m.restore(self.state, self.m.read_model(str(path), self.args))
+
+    def logits(self, obs):
+        logits = self.state.apply_fn(self.state.params, self.jnp.asarray(obs), method=self.m.ActorCritic.logits)
+        return np.asarray(logits)
+
     def run_rollout(self, env, env_params, env_key, runner_key):
         obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
         runner = self.m.Runner(runner_key, env_state, obs)
@@ -158,6 +179,15 @@ class NNX(Linen):
     def policy(self):
         return self.model
 
+    def save(self, run_dir):
+        return self.m.save_model(str(run_dir), self.model, self.optimizer, self.args)
+
+    def load(self, path):
+        self.m.restore(self.model, self.optimizer, self.m.read_model(str(path), self.args))
+
+    def logits(self, obs):
+        return np.asarray(self.model.logits(self.jnp.asarray(obs)))
+
 
 class Equinox(NNX):
     """The model is a pytree; eqx.nn.Linear keeps its weight as (out, in), like torch."""
@@ -195,6 +225,13 @@ class Equinox(NNX):
         self.jax.effects_barrier()
         used = self.opt_state[1].hyperparams["learning_rate"]
         return self.canonical(self.model), float(used), float(stats["learning_rate"])
+
+    def save(self, run_dir):
+        return self.m.save_model(str(run_dir), self.model, self.opt_state, self.args)
+
+    def load(self, path):  # Equinox reads the leaves into this run's structure, which the env's shapes fix
+        saved = self.m.read_model(str(path), self.args, *self.m.make_env(self.args.env_id))
+        self.model, self.opt_state = self.m.restore(saved, self.opt_state)
 
 
 class Torch(Adapter):
@@ -234,6 +271,16 @@ class Torch(Adapter):
         self.m.update(self.agent, self.optimizer, self.batch(batch), iteration, self.args)
         used = float(self.optimizer.param_groups[0]["lr"])
         return self.weights(), used, used  # the scripts log this same value
+
+    def save(self, run_dir):
+        return self.m.save_model(str(run_dir), self.agent, self.optimizer, self.args)
+
+    def load(self, path):
+        self.m.restore(self.agent, self.optimizer, self.m.read_model(str(path), self.args))
+
+    def logits(self, obs):
+        with self.torch.no_grad():
+            return self.agent.logits(self.torch.tensor(obs)).numpy()
 
     @contextlib.contextmanager
     def drawn_permutations(self):

@@ -26,6 +26,7 @@ SUMMARY_KEYS = {
     "time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",
     "time/rollout_mean_8_end", "time/update_mean_8_end", "time/total", "charts/episodic_return_final",
     "memory/peak_rss_mb", "memory/peak_device_mb", "variant", "env_id", "model", "seed", "num_iterations",
+    "saved_model", "eval/episodic_return", "eval/episodic_returns",
 }
 TAGS = {
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",

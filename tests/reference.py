@@ -2,6 +2,8 @@
 (written out by hand), global-norm clipping, Adam, the linear schedule and GAE, in float64
 NumPy. Weights are {"actor" | "critic": [(kernel (in, out), bias), ...]}."""
 
+from typing import NamedTuple
+
 import numpy as np
 
 NETS = ("actor", "critic")
@@ -106,23 +108,33 @@ def loss_and_grads(weights, mb, args):
     return loss, stats, grads
 
 
-def optimizer_steps(weights, minibatches, args, total_steps, max_grad_norm=None, lr_decay_speed=1.0):
+class Step(NamedTuple):
+    weights: dict  # after the step
+    lr: float  # the learning rate it used
+    norm: float  # the gradient's global norm before clipping
+    adam: tuple  # Adam's moments and step count after it: (m, v, count)
+
+
+def optimizer_steps(weights, minibatches, args, total_steps, max_grad_norm=None, lr_decay_speed=1.0,
+                    adam=None) -> list[Step]:
     """Global-norm clipping, Adam with bias correction and the linear schedule, one step per
-    minibatch: [(weights after the step, learning rate used, gradient norm before clipping)].
-    The last two arguments plant known errors, to show the comparison can see them."""
+    minibatch. adam continues from a saved optimizer state (moments and step count) while the
+    schedule starts again, as a run that loads a model does. max_grad_norm and lr_decay_speed
+    plant known errors, to show the comparison can see them."""
     max_grad_norm = args.max_grad_norm if max_grad_norm is None else max_grad_norm
     (b1, b2), eps = args.adam_betas, args.adam_eps
     params = flat(as64(weights))
-    m, v, out = np.zeros_like(params), np.zeros_like(params), []
+    m, v, count = adam if adam is not None else (np.zeros_like(params), np.zeros_like(params), 0)
+    out = []
     for t, mb in enumerate(minibatches):
         g = flat(loss_and_grads(unflat(params, weights), mb, args)[2])
         norm = np.sqrt((g ** 2).sum())
         g = g * min(1.0, max_grad_norm / norm)
-        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g ** 2
-        m_hat, v_hat = m / (1 - b1 ** (t + 1)), v / (1 - b2 ** (t + 1))
+        m, v, count = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g ** 2, count + 1
+        m_hat, v_hat = m / (1 - b1 ** count), v / (1 - b2 ** count)
         lr = args.learning_rate * (1 - lr_decay_speed * t / total_steps)
         params = params - lr * m_hat / (np.sqrt(v_hat) + eps)
-        out.append((unflat(params, weights), lr, norm))
+        out.append(Step(unflat(params, weights), lr, norm, (m, v, count)))
     return out
 
 

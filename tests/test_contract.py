@@ -15,7 +15,8 @@ SHARED_ARGS = {
     "update_epochs": 10, "num_iterations": 100, "learning_rate": 2.5e-4, "gamma": 0.99, "gae_lambda": 0.95,
     "clip_coef": 0.2, "clip_vloss": True, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
     "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "bootstrap_truncation": True, "seed": 1,
-    "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs",
+    "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs", "save_model": False, "load_model": None,
+    "eval_episodes": 0,
 }
 COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode"}  # the only fields a variant may add
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
@@ -180,7 +181,8 @@ RANGES = {
     "ent_coef": ([-0.01], [0.0]),
     "vf_coef": ([-0.5], [0.0]),
     "num_envs": ([0, -4], [1]),
-    "num_iterations": ([0], [1]),
+    "num_iterations": ([-1], [0, 1]),
+    "eval_episodes": ([-1], [0, 3]),
 }
 
 

@@ -38,9 +38,10 @@ def update_args(script):
 def random_batch(rng, weights, return_error: float, size: int = BATCH) -> dict:
     """Old log-probs and values near the current ones, so some ratios and values clip; the size
     of the return errors sets the gradient's norm (3+-4: above max_grad_norm, 0+-0.05: below)."""
-    obs = rng.normal(0, 1, (size, OBS_DIM)).astype(np.float32)
+    obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+    obs = rng.normal(0, 1, (size, obs_dim)).astype(np.float32)
     logp = ref.log_softmax(ref.forward(ref.as64(weights)["actor"], obs)[0])
-    actions = rng.integers(0, NUM_ACTIONS, size).astype(np.int32)
+    actions = rng.integers(0, num_actions, size).astype(np.int32)
     values = ref.forward(ref.as64(weights)["critic"], obs)[0][:, 0] + rng.normal(0, 0.3, size)
     return {
         "obs": obs, "actions": actions,
@@ -102,10 +103,10 @@ def test_reference_gradients_match_finite_differences(problem):
 
 def test_the_steps_exercise_clipping_and_the_schedule(unshuffled_updates):
     """Some steps are clipped and some are not, and the learning rate falls at each step."""
-    norms = [norm for _, _, norm in unshuffled_updates]
+    norms = [step.norm for step in unshuffled_updates]
     args = update_args(SCRIPTS[0])
     assert max(norms) > 2 * args.max_grad_norm and min(norms) < args.max_grad_norm, norms
-    assert [lr for _, lr, _ in unshuffled_updates] == pytest.approx(
+    assert [step.lr for step in unshuffled_updates] == pytest.approx(
         [args.learning_rate * (1 - t / STEPS) for t in range(STEPS)])
 
 
@@ -130,7 +131,7 @@ def test_planted_errors_are_visible(planted, problem, unshuffled_updates):
                   "no gradient clipping": dict(max_grad_norm=np.inf)}[planted]
     perms = wrong.pop("perms")
     planted_updates = ref.optimizer_steps(weights, minibatches_of(batches, perms), args, STEPS, **wrong)
-    gap = max(np.abs(ref.flat(a) - ref.flat(b)).max() for (a, _, _), (b, _, _) in zip(correct, planted_updates))
+    gap = max(np.abs(ref.flat(a.weights) - ref.flat(b.weights)).max() for a, b in zip(correct, planted_updates))
     assert gap > 10 * ATOL_WEIGHTS, f"{planted}: the weights move by only {gap:.2g}"
 
 
@@ -172,7 +173,7 @@ def test_updates_match_reference(script, problem):
     assert len({perm.tobytes() for perm in perms}) == len(perms), "the shuffle repeats across epochs or calls"
     expected = ref.optimizer_steps(weights, minibatches_of(batches, perms), args, STEPS)
     for u, (got, lr_used, lr_logged) in enumerate(results):
-        want, want_lr, _ = expected[(u + 1) * EPOCHS * MINIBATCHES - 1]
+        want, want_lr, *_ = expected[(u + 1) * EPOCHS * MINIBATCHES - 1]
         assert lr_used == pytest.approx(want_lr, rel=1e-6), f"call {u}: the optimizer used {lr_used}"
         assert lr_logged == lr_used, f"call {u}: logged {lr_logged}, used {lr_used}"
         np.testing.assert_allclose(ref.flat(got), ref.flat(want), rtol=0, atol=ATOL_WEIGHTS,

@@ -1,0 +1,147 @@
+"""Keep what was trained: --save-model, --load-model and --eval-episodes in every script.
+- A model saved by a script and loaded in a new process into other weights gives the very
+  logits on a fixed batch of observations; its optimizer state carries Adam's moments and step
+  count, while this run's learning-rate schedule starts again (checked against the reference).
+- From the command line: a run that loads a saved model and trains 0 iterations evaluates the
+  greedy policy to the returns the saving run's own evaluation got, on the same fresh envs.
+- A model from another script, model size or env, and a truncated or missing file are refused:
+  one line, exit 2, nothing written."""
+
+import dataclasses
+import inspect
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import reference as ref
+from adapters import adapter_for
+from helpers import ROOT, SCRIPTS, TINY_ARGS, load, read_json, run, run_ok, scalars
+from test_equivalence import ATOL_WEIGHTS, random_batch
+
+OBS_DIM, NUM_ACTIONS = 4, 2  # CartPole-v1's: Equinox reads a saved model into the shapes the env gives
+OTHER_WEIGHTS = 99  # the seed of the weights a loading adapter starts from, before the load replaces them
+
+
+def update_args(script):
+    """One optimizer step per update() call, on a schedule of two: one before saving, one after loading."""
+    return dataclasses.replace(load(script).Args(), num_envs=4, num_steps=64, num_minibatches=1, update_epochs=1,
+                               num_iterations=2)
+
+
+def problem():
+    rng = np.random.default_rng(0)
+    weights = ref.random_weights(rng, OBS_DIM, (64, 64), NUM_ACTIONS)
+    batches = [random_batch(rng, weights, 4.0, size=256), random_batch(rng, weights, 0.05, size=256)]
+    return weights, batches, rng.normal(0, 1, (16, OBS_DIM)).astype(np.float32)
+
+
+RELOAD = """
+import sys
+from pathlib import Path
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import reference as ref
+from adapters import adapter_for
+from test_saving import OTHER_WEIGHTS, problem, update_args
+
+_, batches, obs = problem()
+for script in sys.argv[3:]:
+    other = ref.random_weights(np.random.default_rng(OTHER_WEIGHTS), 4, (64, 64), 2)
+    adapter = adapter_for(script)(script, other, update_args(script))
+    adapter.load(Path(sys.argv[2]) / script)  # the run directory: read_model finds the file in it
+    logits = adapter.logits(obs)
+    weights, lr, _ = adapter.update(batches[1], iteration=0)  # the first update of a new run
+    np.savez(Path(sys.argv[2]) / script / "reloaded.npz", logits=logits, weights=ref.flat(weights), lr=lr)
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Every script's model after one update, saved in a run directory of its own, then loaded
+    by a new process: {script: (logits before saving, what the new process computed)}."""
+    weights, batches, obs = problem()
+    root, logits = tmp_path_factory.mktemp("saved"), {}
+    for script in SCRIPTS:
+        adapter = adapter_for(script)(script, weights, update_args(script))
+        adapter.update(batches[0], iteration=0)
+        (root / script).mkdir()
+        assert (root / script / adapter.save(root / script)).exists()
+        logits[script] = adapter.logits(obs)
+    proc = subprocess.run([sys.executable, "-c", RELOAD, str(ROOT / "tests"), str(root), *SCRIPTS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, {script: (logits[script], np.load(root / script / "reloaded.npz")) for script in SCRIPTS}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_saved_model_reloads_in_a_new_process(script, saved):
+    weights, batches, obs = problem()
+    args = update_args(script)
+    first = ref.optimizer_steps(weights, batches[:1], args, total_steps=2)[0]
+    # the loading run: Adam goes on from the saved moments and count, its schedule from the start
+    second = ref.optimizer_steps(first.weights, batches[1:], args, total_steps=2, adam=first.adam)[0]
+    before, reloaded = saved[1][script]
+    np.testing.assert_array_equal(reloaded["logits"], before, err_msg=f"{script}: logits after reloading")
+    np.testing.assert_allclose(reloaded["logits"], ref.forward(ref.as64(first.weights)["actor"], obs)[0], atol=1e-5)
+    assert float(reloaded["lr"]) == pytest.approx(args.learning_rate), "the loading run's schedule did not restart"
+    np.testing.assert_allclose(reloaded["weights"], ref.flat(second.weights), rtol=0, atol=ATOL_WEIGHTS,
+                               err_msg=f"{script}: the first update after loading (the optimizer state)")
+
+
+def tiny(**changes) -> list[str]:
+    values = {**TINY_ARGS, **changes}
+    return [a for name, value in values.items() for a in (f"--{name.replace('_', '-')}", str(value))]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_save_then_load_and_evaluate_from_the_command_line(script, tmp_path):
+    trained = run_ok(script, *tiny(), "--save-model", "--eval-episodes", "3", log_dir=tmp_path / "train")
+    summary = read_json(trained / "summary.json")
+    assert (trained / summary["saved_model"]).exists()
+    assert len(summary["eval/episodic_returns"]) == 3
+    loaded = run_ok(script, *tiny(num_iterations=0), "--load-model", str(trained / summary["saved_model"]),
+                    "--eval-episodes", "3", log_dir=tmp_path / "eval")
+    again = read_json(loaded / "summary.json")
+    # the same greedy policy on the same fresh envs: the same returns, only if the weights came back
+    assert again["eval/episodic_returns"] == summary["eval/episodic_returns"]
+    assert again["eval/episodic_return"] == pytest.approx(np.mean(summary["eval/episodic_returns"]))
+    assert again["time/iteration_0"] is None and again["saved_model"] is None
+    logged = scalars(loaded)
+    assert [value for _, value in logged["eval/episodic_return"]] == again["eval/episodic_returns"]
+    assert logged["eval/episodic_return_mean"][0][1] == pytest.approx(again["eval/episodic_return"])
+
+
+def read_model(script, path, **changes):
+    """The script's read_model, as main() calls it, with the given arguments changed."""
+    m = load(script)
+    args = dataclasses.replace(update_args(script), **changes)
+    env = m.make_env(args.env_id) if "env" in inspect.signature(m.read_model).parameters else ()
+    return m.read_model(str(path), args, *env)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_model_this_run_cannot_use_is_refused(script, saved, tmp_path, capsys):
+    root = saved[0]
+    read_model(script, root / script)  # its own model is fine
+    model_file = lambda s: next(p for p in (root / s).iterdir() if p.name.startswith("model."))
+    truncated = tmp_path / "truncated"
+    data = model_file(script).read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    # another script's model: one in the same format (a sibling) says so, one in another cannot be read
+    other = min((s for s in SCRIPTS if s != script), key=lambda s: model_file(s).name != model_file(script).name)
+    same_format = model_file(other).name == model_file(script).name
+    cases = [(model_file(other), {}, "saved with script" if same_format else "is not a whole model"),
+             (root / script, {"model": "medium"}, "saved with model"),
+             (root / script, {"env_id": "Acrobot-v1"}, "saved with env_id"),
+             (truncated, {}, "is not a whole model"), (tmp_path / "nowhere", {}, "No such file")]
+    for path, changes, words in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            read_model(script, path, **changes)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and words in err and err.count("\n") == 1, (path, changes, err)
+    # main() refuses it before anything is written
+    log_dir = tmp_path / "runs"
+    proc = run(script, "--load-model", str(truncated), log_dir=log_dir)
+    assert proc.returncode == 2 and "is not a whole model" in proc.stderr and "Traceback" not in proc.stderr
+    assert not log_dir.exists()
