@@ -513,7 +513,7 @@ class RunLog:
         }
 
 
-def train(args: Args, env, env_params, log: RunLog, saved: dict | None):
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     def setup(seed):
         init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
         obs, env_state = env_reset(env_key, env, env_params, args.num_envs)

@@ -519,7 +519,7 @@ class RunLog:
         }
 
 
-def train(args: Args, envs, log: RunLog, saved: dict | None):
+def train(args: Args, envs, log: RunLog, saved: dict | None = None):
     obs, env_state = env_reset(envs, args.seed)  # the seed seeds the environments too
 
     def setup(seed):

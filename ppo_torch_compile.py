@@ -562,7 +562,7 @@ class RunLog:
         }
 
 
-def train(args: Args, env, env_params, log: RunLog, saved: dict | None):
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; JAX drives the environments
     device = torch_device()
     # the environments' reset as one compiled call, not dozens of op-by-op compilations; it runs

@@ -521,7 +521,7 @@ class RunLog:
         }
 
 
-def train(args: Args, envs, log: RunLog, saved: dict | None):
+def train(args: Args, envs, log: RunLog, saved: dict | None = None):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; the same seed seeds the environments
     device = torch_device()
     obs, env_state = env_reset(envs, args.seed)
