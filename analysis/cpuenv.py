@@ -9,7 +9,7 @@ import numpy as np
 
 from .envs import env_throughputs
 from .output import color, variant_order
-from .stats import MODELS, ratio_cell, speedup_table, steady
+from .stats import MODELS, models_in, ratio_cell, speedup_table, steady
 
 # the speedups a user weighs, as time of A / time of B
 CPU_ENV_PAIRS = [
@@ -27,7 +27,7 @@ def plot_cpuenv(runs, variants, out):
     """Per model: each env's synced iteration split into rollout (dark) and update (light), per variant."""
     import matplotlib.pyplot as plt
 
-    models = [m for m in MODELS if any(r.model == m for r in runs)]
+    models = models_in(runs)
     envs = sorted({r.env_id for r in runs})
     fig, axes = plt.subplots(1, len(models), figsize=(max(7, 1.6 * len(envs)) * len(models), 4.8), squeeze=False)
     width, lowest = 0.8 / len(variants), math.inf

@@ -5,8 +5,8 @@ them is written by hand and carries no measured number."""
 import re
 from pathlib import Path
 
-BLOCK = re.compile(r"<!-- BEGIN analyze\.py (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- END analyze\.py (?P<end>[\w-]+) -->",
-                   re.S)
+BLOCK = re.compile(r"<!-- BEGIN analyze\.py (?P<name>[\w-]+) -->\n(?P<body>.*?)"
+                   r"<!-- END analyze\.py (?P<end>[\w-]+) -->", re.S)
 
 
 def blocks_in(text: str, where: str = "") -> dict[str, str]:

@@ -6,8 +6,8 @@ import math
 import numpy as np
 
 from .output import MODEL_MARKERS, color, fmt, variant_order
-from .stats import (MODELS, bucket_means, iteration_buckets, median_summary, pair_ratios, ratio_cell, speedup_table, spread,
-                    steady, total_time)
+from .stats import (MODELS, bucket_means, iteration_buckets, median_summary, models_in, pair_ratios, ratio_cell,
+                    speedup_table, spread, steady, total_time)
 
 REFERENCE = "linen"  # ratios are quoted against Linen: "torch / linen 2.8x" = torch takes 2.8x Linen's time
 COMPILED_VS_EAGER = [("torch_compile", "torch"), ("nnx_cached", "nnx")]  # what compiling buys in a framework
@@ -27,7 +27,7 @@ def ratio_rows(rows) -> list[list]:
 def plot_durations(runs, cx, out):
     import matplotlib.pyplot as plt
 
-    models = [m for m in MODELS if any(r.model == m for r in runs)]
+    models = models_in(runs)
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models) + 1.5, 4.5), sharey=True, squeeze=False)
     for ax, model in zip(axes[0], models):
         subset = [r for r in runs if r.model == model]
@@ -147,7 +147,7 @@ def costs_table(exp1, out, model="small"):
 
 
 def model_size_table(exp1, pairs, out):
-    models = [m for m in MODELS if any(r.model == m for r in exp1)]
+    models = models_in(exp1)
     rows = []
     for label, value in (("steady state", steady("time/iteration")), ("whole run", total_time)):
         for a, b in pairs:

@@ -5,7 +5,7 @@ import numpy as np
 
 from .exp1 import REFERENCE, runs_behind
 from .output import fmt
-from .stats import (MODELS, bucket_means, geomean, includes_one, median_summary, one_ratio, pair_ratios,
+from .stats import (MODELS, bucket_means, geomean, includes_one, median_summary, models_in, one_ratio, pair_ratios,
                     ratio_cell, steady, total_time)
 
 STEADY = steady("time/iteration")
@@ -16,13 +16,9 @@ def cell(runs, a, b, value, model, envs=None) -> str:
     return ratio_cell(one_ratio(runs, a, b, value, model, envs))
 
 
-def sizes(runs) -> list[str]:
-    return [m for m in MODELS if any(r.model == m for r in runs)]
-
-
 def jax_variants(exp1) -> str:
     parts = []
-    for model in sizes(exp1):
+    for model in models_in(exp1):
         cells = []
         for v in JAX_VARIANTS:
             if row := one_ratio(exp1, v, REFERENCE, STEADY, model):
@@ -45,7 +41,8 @@ def compile_payback(exp1, exp2, model="small") -> str:
                                      "time/startup", "time/iteration_0")
     eager, compiled = bucket_means(exp1, "torch", model), bucket_means(exp1, "torch_compile", model)
     if None in (eager, compiled, start("torch"), start("torch_compile")):
-        return f"At {model}, torch.compile / torch in steady state {cell(exp1, 'torch_compile', 'torch', STEADY, model)}."
+        return (f"At {model}, torch.compile / torch in steady state "
+                f"{cell(exp1, 'torch_compile', 'torch', STEADY, model)}.")
     extra, saved = start("torch_compile") - start("torch"), eager[2] - compiled[2]
     payback = f"after about {extra / saved:.0f} iterations" if saved > 0 else "never (no steady-state gain)"
     text = (f"At {model}, a steady iteration of torch.compile takes "
@@ -53,7 +50,7 @@ def compile_payback(exp1, exp2, model="small") -> str:
             f"{start('torch_compile'):.1f} s against eager's {start('torch'):.1f} s (medians), so compiling pays "
             f"back {payback}, and a whole {model} run takes {cell(exp1, 'torch_compile', 'torch', total_time, model)} "
             "of eager's time.")
-    for m in sizes(exp1)[1:]:
+    for m in models_in(exp1)[1:]:
         text += f" At {m}: steady {cell(exp1, 'torch_compile', 'torch', STEADY, m)}."
     if exp2:
         text += (f" Synced (Experiment 2), the compiled update alone takes "
@@ -64,7 +61,7 @@ def compile_payback(exp1, exp2, model="small") -> str:
 
 def secondary_overhead(exp1) -> str:
     parts = []
-    for model in sizes(exp1):
+    for model in models_in(exp1):
         ratios = {v: m[1] / m[2] for v in sorted({r.variant for r in exp1})
                   if (m := bucket_means(exp1, v, model)) and m[2] > 0}
         n = min(sum(r.variant == v and r.model == model for r in exp1) for v in ratios)
@@ -75,9 +72,9 @@ def secondary_overhead(exp1) -> str:
 
 
 def size_trend(exp1) -> str:
-    models = sizes(exp1)
+    models = models_in(exp1)
     common = set.intersection(*[{r.env_id for r in exp1 if r.model == m} for m in models]) if models else set()
-    text = (f"Steady state, eager PyTorch / Linen: "
+    text = ("Steady state, eager PyTorch / Linen: "
             + ", ".join(f"{m} {cell(exp1, 'torch', REFERENCE, STEADY, m)}" for m in models) + ".")
     if len(models) > 1 and common:
         text += (f" On {', '.join(sorted(common))} alone, the one env run at every size: "
@@ -169,12 +166,14 @@ def claims_section(exp1, exp2, cx, out):
         ["Linen vs NNX, small model (nnx / linen)", "1.2x (geometric mean 1.25x)",
          cell(exp1, "nnx", "linen", total_time, "small")],
         ["Linen vs NNX, large model", "1.05x", cell(exp1, "nnx", "linen", total_time, "large")],
-        ["Linen vs NNX without overheads (iterations 8..end), small", "1.02x", cell(exp1, "nnx", "linen", STEADY, "small")],
+        ["Linen vs NNX without overheads (iterations 8..end), small", "1.02x",
+         cell(exp1, "nnx", "linen", STEADY, "small")],
         ["Linen vs PyTorch, small model (torch / linen)", "6x (geometric mean 5.88x)",
          cell(exp1, "torch", "linen", total_time, "small")],
         ["Linen vs compiled PyTorch, small model (torch_compile / linen)", "– (its torch.compile compiled nothing)",
          cell(exp1, "torch_compile", "linen", total_time, "small")],
-        ["Linen vs PyTorch, large model", "1.7x (geometric mean 1.69x)", cell(exp1, "torch", "linen", total_time, "large")],
+        ["Linen vs PyTorch, large model", "1.7x (geometric mean 1.69x)",
+         cell(exp1, "torch", "linen", total_time, "large")],
         ["The gap shrinks with model size (torch / linen)", "5.88x / 4.62x / 1.69x (small / medium / large)",
          size_cells(exp1, "torch", "linen")],
         ["The gap shrinks with env complexity (small)", "smaller on more complex envs", complexity_trend(exp1, cx)],
@@ -186,7 +185,8 @@ def claims_section(exp1, exp2, cx, out):
          overhead_cell(exp1, ("torch", "torch_compile", "linen"))],
         ["PyTorch has the smallest first-iteration overhead (iteration 0, small)", "for most envs",
          overhead_cell(exp1, ("torch", "torch_compile", "linen", "nnx"), bucket=0)],
-        ["Without jit, Linen and NNX fall behind PyTorch (synced iteration, small)", "slower than torch on all but one env",
+        ["Without jit, Linen and NNX fall behind PyTorch (synced iteration, small)",
+         "slower than torch on all but one env",
          "; ".join(f"{v} / torch {cell(exp2, v, 'torch', STEADY, 'small')}" for v in ("linen-nojit", "nnx-nojit"))],
     ]
     out.table("One row per claim of benchback-rl's README", ["claim", "benchback-rl (GPU)", "ours (this study)"],

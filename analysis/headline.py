@@ -5,9 +5,9 @@ import json
 from collections import defaultdict
 
 from .cpuenv import CPU_ENV_PAIRS
-from .exp1 import REFERENCE, runs_behind
+from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import color, fmt, variant_order
-from .stats import MODELS, bucket_means, one_ratio, ratio_cell, steady, total_time
+from .stats import MODELS, bucket_means, models_in, one_ratio, ratio_cell, steady, total_time
 
 STEADY = steady("time/iteration")
 NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, cached", "equinox": "Equinox",
@@ -36,10 +36,9 @@ def study_section(runs, skipped, out):
 
 def headline_section(exp1, cpuenv, out):
     """README's table: each variant's steady-state time against Linen's at each model size."""
-    models = [m for m in MODELS if any(r.model == m for r in exp1)]
+    models = models_in(exp1)
     variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
-    rows = [[f"{NAMES.get(REFERENCE, REFERENCE)}: seconds per iteration",
-             *(f"{fmt(bucket_means(exp1, REFERENCE, m)[2])} s" for m in models)]]
+    rows = [[f"{NAMES[REFERENCE]}: seconds per iteration", *(f"{linen_seconds(exp1, m)} s" for m in models)]]
     for v in variants:
         rows.append([f"{NAMES.get(v, v)} / Linen", *(ratio_cell(one_ratio(exp1, v, REFERENCE, STEADY, m))
                                                    for m in models)])
@@ -53,7 +52,8 @@ def headline_section(exp1, cpuenv, out):
               note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
                    "Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead.")
     rows = []
-    compile_cells = [f"{NAMES[v]} {fmt(bucket_means(exp1, v, 'small')[0])} s" for v in (REFERENCE, "torch", "torch_compile")
+    compile_cells = [f"{NAMES[v]} {fmt(bucket_means(exp1, v, 'small')[0])} s"
+                     for v in (REFERENCE, "torch", "torch_compile")
                      if bucket_means(exp1, v, "small")]
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
     for a, b, what in CPU_ENV_PAIRS[:4]:

@@ -78,7 +78,8 @@ def learning_section(small, parity, out):
                 f"variant against {REFERENCE} with Welch's t-test over seeds: with few seeds it can only fail to "
                 "detect a difference, which is what \"no difference detected\" says. Per variant, an equivalence "
                 f"test over envs (TOST, alpha {ALPHA}): the difference from {REFERENCE} on each env in pooled "
-                f"within-variant standard deviations, shown equivalent when its mean lies within ±{EQUIVALENCE_MARGIN}.")
+                "within-variant standard deviations, shown equivalent when its mean lies within "
+                f"±{EQUIVALENCE_MARGIN}.")
     rows, tests, per_variant = [], 0, {}
     for env in sorted({r.env_id for r in parity}):
         for model in MODELS:

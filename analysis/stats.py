@@ -50,6 +50,11 @@ def median_summary(runs, *keys) -> float | None:
     return float(np.median(values)) if values else None
 
 
+def models_in(runs) -> list[str]:
+    """The model sizes these runs have, smallest first."""
+    return [m for m in MODELS if any(r.model == m for r in runs)]
+
+
 # ---- ratios between variants
 def geomean(x) -> float:
     return float(np.exp(np.mean(np.log(x))))
