@@ -11,16 +11,18 @@ Presets (default: sweep)
   sweep        warm-up, Experiments 1, 2 and 3 (benchback-rl's whole schedule with our variants),
                then the CPU-environment and env-scaling experiments
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
-               10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (36 runs, about
-               8.5 minutes on 2 CPU cores); then analyze.py
+               10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (53 runs); then
+               analyze.py
   warmup|exp1|exp2|exp3|cpuenv|envscale
                one part of the schedule alone
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
     exp3     Acrobot-v1 x every compile mode x 3 model sizes, --sync-timing
-    cpuenv   the envs with a CPU twin x {torch_gymnasium, linen_gymnasium, torch, torch_compile,
-             linen} x small and medium, --sync-timing: is it the framework or the environment?
+    cpuenv   the envs with a CPU twin x {torch, linen} x {Gymnax, and Gymnasium stepped by each
+             --vectorization that offers the env} x small and medium, --sync-timing, at the
+             scripts' defaults and at CleanRL's (4 envs x 128 steps, 4 epochs of 4 minibatches,
+             in subfolder cleanrl): is it the framework or the environment?
     envscale CartPole-v1 and Breakout-MinAtar x the cpuenv variants x --num-envs 8..2048, small,
              --sync-timing, 128 steps, one epoch of minibatches of 1024, 4 iterations: rollout
              throughput against the number of environments
@@ -57,7 +59,8 @@ Everything after -- goes to every script, e.g. -- --num-envs 64
 
 Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
-  torch_compile-max-autotune torch_gymnasium linen_gymnasium linen_gymnasium-nojit
+  torch_compile-max-autotune torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool
+  linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen_gymnasium-nojit
 The plan, in the order it runs, goes to DIR/plan.txt (with its seed) before the first run.
 Failures are logged to DIR/failures.log and the sweep goes on; the exit code is 1 if any
 run failed, 130 if interrupted.
@@ -76,7 +79,10 @@ FRAMEWORKS=(linen nnx_cached equinox torch_compile)                  # warm-up: 
 AS_MEANT=(linen nnx nnx_cached equinox torch torch_compile)          # Experiment 1
 COMPILE_MODES=(linen-nojit linen nnx-nojit nnx nnx_cached equinox     # Experiments 2 and 3
                torch-nojitenv torch torch_compile torch_compile-default)
-CPU_ENV_VARIANTS=(torch_gymnasium linen_gymnasium torch torch_compile linen)  # cpuenv and envscale
+CPU_ENV_VARIANTS=(torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool torch                # cpuenv and
+                  linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen)                # envscale
+VECTOR_ENVS=(CartPole-v1) ENVPOOL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0)  # the scripts' VECTORIZATIONS
+CLEANRL_ARGS="--num-envs,4,--num-steps,128,--num-minibatches,4,--update-epochs,4"  # CleanRL ppo.py's defaults
 ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envscale
 PYTHON=${PYTHON:-python}
 
@@ -96,13 +102,22 @@ variant_command() {
     torch_compile-default|torch_compile-reduce-overhead|torch_compile-max-autotune)
       echo "ppo_torch_compile.py --compile-mode ${1#torch_compile-}" ;;
     torch_gymnasium) echo "ppo_torch_gymnasium.py" ;;
+    torch_gymnasium-vector|torch_gymnasium-envpool) echo "ppo_torch_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
+    linen_gymnasium-vector|linen_gymnasium-envpool) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
     *) return 1 ;;
   esac
 }
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
+offers() {  # whether variant $1 can step env $2: a vectorization offers only some envs
+  case $1 in
+    *-vector) contains "$2" "${VECTOR_ENVS[@]}" ;;
+    *-envpool) contains "$2" "${ENVPOOL_ENVS[@]}" ;;
+    *) return 0 ;;
+  esac
+}
 split() { tr ',' ' ' <<<"$1"; }
 contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 
@@ -199,7 +214,7 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
     models=("${kept[@]}")
   fi
   for env in "${envs[@]}"; do for variant in "${variants[@]}"; do for model in "${models[@]}"; do
-    plan+=("$exp $r $env $variant $model $sync $sub $args")
+    offers "$variant" "$env" && plan+=("$exp $r $env $variant $model $sync $sub $args")
   done; done; done
 }
 # Fisher-Yates over plan[first..end], from a linear congruential generator seeded by a checksum
@@ -238,7 +253,9 @@ for r in $(seq 1 "$repeats"); do
       exp1) add exp1 "$r" async - - "${exp1_envs[@]}" -- "${AS_MEANT[@]}" -- "${exp1_models[@]}" ;;
       exp2) add exp2 "$r" sync - - "${exp2_envs[@]}" -- "${modes[@]}" -- small ;;
       exp3) add exp3 "$r" sync - - Acrobot-v1 -- "${modes[@]}" -- "${MODELS[@]}" ;;
-      cpuenv) add cpuenv "$r" sync - - "${cpuenv_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- "${cpuenv_models[@]}" ;;
+      cpuenv)
+        add cpuenv "$r" sync - - "${cpuenv_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- "${cpuenv_models[@]}"
+        add cpuenv "$r" sync cleanrl "$CLEANRL_ARGS" "${cpuenv_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- "${cpuenv_models[@]}" ;;
       envscale)  # 128 steps, minibatches of 1024, one epoch: only the rollout is measured
         for n in "${counts[@]}"; do
           add envscale "$r" sync "envs$n" "--num-envs,$n,--num-steps,128,--num-minibatches,$((n / 8)),--update-epochs,1,--num-iterations,4" \

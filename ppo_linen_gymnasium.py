@@ -46,6 +46,8 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id: its Gymnasium twin (same dynamics) is what runs"""
+    vectorization: Literal["sync", "vector", "envpool"] = "sync"
+    """how the envs step: sync (a Python loop over Gymnasium envs), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
     model: Literal["small", "medium", "large"] = "small"
     """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
     num_envs: int = 32
@@ -102,7 +104,8 @@ MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
 
 
 def variant_name(args: Args) -> str:
-    return "linen_gymnasium" if args.jit else "linen_gymnasium-nojit"
+    vectorization = "" if args.vectorization == "sync" else f"-{args.vectorization}"
+    return f"linen_gymnasium{vectorization}" + ("" if args.jit else "-nojit")
 
 
 # %% environment helpers
@@ -117,9 +120,12 @@ TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and
     "Seaquest-MinAtar": ("MinAtar/Seaquest-v1", dict(MINATAR, max_episode_steps=1000)),
     "SpaceInvaders-MinAtar": ("MinAtar/SpaceInvaders-v1", dict(MINATAR, max_episode_steps=1000)),
 }
-# Gymnasium's fastest vector env that resets an env in the step its episode ends (AsyncVectorEnv's
-# processes cost more than they save on 2 cores; the NumPy-vectorized CartPole resets a step later)
-VECTORIZATION = "sync"
+VECTORIZATIONS = {  # each way to step the envs, and the twins it offers
+    "sync": tuple(TWINS),  # Gymnasium's SyncVectorEnv: one env after another (AsyncVectorEnv's processes cost more on 2 cores)
+    "vector": ("CartPole-v1",),  # Gymnasium's NumPy-vectorized envs: one array operation for all of them
+    "envpool": ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"),  # EnvPool's C++ envs (its MinAtar has none)
+}
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 
 
 def fail(message: str):
@@ -128,20 +134,31 @@ def fail(message: str):
     sys.exit(2)
 
 
-def make_env(env_id: str, num_envs: int):
-    """The Gymnasium twin of a Gymnax env as a vector env with same-step autoreset, or exit 2."""
+def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
+    """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Only the sync vector env can
+    reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
     if env_id not in TWINS:
         fail(f"env_id {env_id!r} has no CPU twin here; supported: {', '.join(TWINS)}")
+    if env_id not in VECTORIZATIONS[vectorization]:
+        fail(f"--vectorization {vectorization} offers {', '.join(VECTORIZATIONS[vectorization])}, not {env_id!r}")
     twin, kwargs = TWINS[env_id]
+    if vectorization == "envpool":
+        import envpool  # a second of imports: only when asked for
+
+        return envpool.make_gymnasium(twin, num_envs=num_envs, seed=seed, **kwargs)  # env i: seed + i
     if twin.startswith("MinAtar/") and twin not in gym.registry:
         register_minatar_envs()
-    return gym.make_vec(twin, num_envs, vectorization_mode=VECTORIZATION,
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+    if vectorization == "vector":
+        return gym.make_vec(twin, num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep
+    return gym.make_vec(twin, num_envs, vectorization_mode="sync", **kwargs,
+                        vector_kwargs={"autoreset_mode": SAME_STEP, "copy": False})
 
 
 class EnvState(NamedTuple):
     episode_return: np.ndarray
     episode_length: np.ndarray
+    resetting: np.ndarray  # next-step autoreset: the envs whose next step is a reset, not a transition
 
 
 class EnvStep(NamedTuple):
@@ -149,34 +166,41 @@ class EnvStep(NamedTuple):
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
-    final_obs: np.ndarray  # before auto-reset: what a truncated step bootstraps from
+    valid: np.ndarray  # 0 for a next-step autoreset's reset step: the loss gives it no weight
+    final_obs: np.ndarray  # before auto-reset, only of the envs that bootstrap (truncated, not terminated)
     episode_return: np.ndarray  # return of the episode that ended here, else 0
     episode_length: np.ndarray
 
 
 def flatten_obs(obs, num_envs):
-    return obs.reshape(num_envs, -1).astype(np.float32)  # MinAtar grids -> vectors
+    return obs.reshape(num_envs, -1).astype(np.float32)  # MinAtar grids -> vectors (a copy)
 
 
 def env_reset(envs, seed):
-    obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+    seeded = "seed" in getattr(envs, "config", {})  # EnvPool's envs were seeded by make_env
+    obs, _ = envs.reset() if seeded else envs.reset(seed=seed)  # env i is seeded with seed + i
     zeros = np.zeros(envs.num_envs, np.float32)
-    return flatten_obs(obs, envs.num_envs), EnvState(zeros, zeros)
+    return flatten_obs(obs, envs.num_envs), EnvState(zeros, zeros, np.zeros(envs.num_envs, bool))
 
 
 def env_step(envs, state: EnvState, action):
-    """Steps every env (same-step auto-reset) and keeps the episode statistics, on the host."""
+    """Steps every env and keeps the episode statistics, on the host. A same-step autoreset hands
+    the final observations over in info; a next-step one returns them as the observation and
+    spends the env's next step on the reset, which the batch then masks out."""
     obs, reward, terminated, truncated, info = envs.step(action)
     obs, reward, done = flatten_obs(obs, envs.num_envs), reward.astype(np.float32), terminated | truncated
-    final_obs = obs.copy()
-    if "final_obs" in info:  # the envs whose episode ended: their observation before the reset
-        ended = info["_final_obs"]
-        final_obs[ended] = flatten_obs(np.stack(info["final_obs"][ended]), ended.sum())
-    episode_return = state.episode_return + reward
-    episode_length = state.episode_length + 1
-    step = EnvStep(obs, reward, terminated, truncated, final_obs,
+    bootstrap = truncated & ~terminated  # only these need the value of their final observation
+    if envs.metadata["autoreset_mode"] == SAME_STEP:
+        final_obs = flatten_obs(np.stack(info["final_obs"][bootstrap]), bootstrap.sum()) if bootstrap.any() else obs[:0]
+        resetting = np.zeros_like(done)
+    else:
+        final_obs, resetting = obs[bootstrap], done
+    valid = (~state.resetting).astype(np.float32)
+    episode_return = state.episode_return + reward  # a reset step's reward is 0
+    episode_length = state.episode_length + valid
+    step = EnvStep(obs, reward, terminated, truncated, valid, final_obs,
                    np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
-    state = EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length))
+    state = EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting)
     return state, step
 
 
@@ -276,6 +300,7 @@ class Batch(NamedTuple):
     values: jax.Array
     advantages: jax.Array
     returns: jax.Array
+    valid: jax.Array  # 1, or 0 for a reset step (next-step autoreset)
 
 
 def policy_step(params, obs, key, apply_fn):
@@ -285,18 +310,22 @@ def policy_step(params, obs, key, apply_fn):
     return jax.random.categorical(action_key, logits).astype(jnp.int32), logits, key
 
 
-def learn_batch(train_state: TrainState, obs, actions, logits, out: EnvStep, last_obs, args: Args):
+def learn_batch(train_state: TrainState, obs, actions, logits, out: EnvStep, final_index, last_obs, args: Args):
     """The trajectory the host collected -> values, log-probs and GAE: the batch to learn from."""
     apply = partial(train_state.apply_fn, train_state.params)
     # the parameters are fixed during the rollout: values and log-probs in one batched pass each
     logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
     values = apply(obs, method=ActorCritic.value)
     last_value = apply(last_obs, method=ActorCritic.value)
-    final_values = apply(out.final_obs, method=ActorCritic.value) if args.bootstrap_truncation else None
+    final_values = None
+    if args.bootstrap_truncation:  # the critic sees only the final observations a truncation bootstraps from
+        final_values = jnp.zeros(values.size).at[final_index].set(
+            apply(out.final_obs, method=ActorCritic.value), mode="drop").reshape(values.shape)  # padding: dropped
     advantages, returns = compute_gae(values, out.reward, out.terminated, out.truncated, last_value,
                                       final_values, args.gamma, args.gae_lambda)
     flat = lambda x: x.reshape(-1, *x.shape[2:])  # (num_steps, num_envs, ...) -> (batch, ...)
-    batch = Batch(flat(obs), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns))
+    batch = Batch(flat(obs), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns),
+                  flat(jnp.asarray(out.valid)))
     stats = {
         "episodes": (out.terminated | out.truncated).sum(),
         "episodic_return_sum": out.episode_return.sum(),
@@ -315,15 +344,23 @@ def rollout(train_state: TrainState, runner: Runner, envs, policy_fn, batch_fn, 
         env_state, out = env_step(envs, env_state, np.asarray(action))  # the env steps on the host
         observations.append(obs), actions.append(action), all_logits.append(logits), steps.append(out)
         obs = out.obs
-    out = EnvStep(*map(np.stack, zip(*steps)))
+    join = lambda name, x: np.concatenate(x) if name == "final_obs" else np.stack(x)
+    out = EnvStep(*(join(name, x) for name, x in zip(EnvStep._fields, zip(*steps))))
+    # the final observations padded to a multiple of num_envs (at most one truncation per env is
+    # the usual case): few shapes, so batch_fn compiles once; the padding's index is out of range
+    final_index = np.flatnonzero(out.truncated & ~out.terminated)
+    size = max(1, -(-len(final_index) // args.num_envs)) * args.num_envs
+    out = out._replace(final_obs=np.concatenate([out.final_obs, np.zeros((size - len(final_index), obs.shape[1]),
+                                                                         np.float32)]))
+    final_index = np.pad(final_index, (0, size - len(final_index)), constant_values=out.reward.size)
     obs_t = jnp.asarray(np.stack(observations))  # the trajectory to the device, in one transfer
-    batch, stats = batch_fn(train_state, obs_t, jnp.stack(actions), jnp.stack(all_logits), out, obs)
+    batch, stats = batch_fn(train_state, obs_t, jnp.stack(actions), jnp.stack(all_logits), out, final_index, obs)
     return Runner(key, env_state, obs), batch, stats
 
 
-def evaluate(train_state: TrainState, env_id: str, num_episodes: int, seed: int) -> np.ndarray:
+def evaluate(train_state: TrainState, args: Args, num_episodes: int, seed: int) -> np.ndarray:
     """One episode on each of num_episodes fresh envs with the greedy policy: their returns."""
-    envs = make_env(env_id, num_episodes)
+    envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
     obs, env_state = env_reset(envs, seed)
     greedy = jax.jit(lambda params, obs: jnp.argmax(train_state.apply_fn(params, obs, method=ActorCritic.logits), -1))
     returns, done = np.zeros(num_episodes), np.zeros(num_episodes, bool)
@@ -361,26 +398,30 @@ def compute_gae(values, rewards, terminated, truncated, last_value, final_values
 # %% loss and update
 def ppo_loss(params, apply_fn, mb: Batch, args: Args):
     logits, value = apply_fn(params, mb.obs)
+    # every mean is over the transitions: a reset step (next-step autoreset) weighs nothing
+    weight = mb.valid / jnp.maximum(mb.valid.sum(), 1)
+    mean = lambda x: (x * weight).sum()
     logp = jax.nn.log_softmax(logits)
     logprob = jnp.take_along_axis(logp, mb.actions[:, None], axis=-1)[:, 0]
-    entropy = -(jnp.exp(logp) * logp).sum(-1).mean()
+    entropy = mean(-(jnp.exp(logp) * logp).sum(-1))
     logratio = logprob - mb.logprobs
     ratio = jnp.exp(logratio)
-    advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std() + 1e-8)
-    pg_loss = jnp.maximum(-advantages * ratio,
-                          -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+    centered = mb.advantages - mean(mb.advantages)
+    advantages = centered / (jnp.sqrt(mean(centered**2)) + 1e-8)
+    pg_loss = mean(jnp.maximum(-advantages * ratio,
+                               -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
     v_loss = (value - mb.returns) ** 2
     if args.clip_vloss:
         v_clipped = mb.values + jnp.clip(value - mb.values, -args.clip_coef, args.clip_coef)
         v_loss = jnp.maximum(v_loss, (v_clipped - mb.returns) ** 2)
-    v_loss = 0.5 * v_loss.mean()
+    v_loss = 0.5 * mean(v_loss)
     loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
     stats = {
         "policy_loss": pg_loss,
         "value_loss": v_loss,
         "entropy": entropy,
-        "approx_kl": ((ratio - 1) - logratio).mean(),
-        "clipfrac": (jnp.abs(ratio - 1) > args.clip_coef).mean(),
+        "approx_kl": mean((ratio - 1) - logratio),
+        "clipfrac": mean(jnp.abs(ratio - 1) > args.clip_coef),
     }
     return loss, stats
 
@@ -597,12 +638,13 @@ def set_matmul_precision(precision: str) -> dict:
 def main():
     args = tyro.cli(Args)
     check_args(args)
-    envs = make_env(args.env_id, args.num_envs)
+    envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args) if args.load_model else None
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
-    env = {"id": envs.spec.id, "vectorization": VECTORIZATION, "autoreset": "same-step"}
+    env = {"id": TWINS[args.env_id][0], "vectorization": args.vectorization,
+           "autoreset": envs.metadata["autoreset_mode"].value}  # as the env reports it
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision, env)
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
@@ -612,7 +654,7 @@ def main():
         summary["saved_model"] = save_model(run_dir, train_state, args) if args.save_model else None
         returns = []
         if args.eval_episodes:  # fresh envs, seeded after the training envs' seeds
-            returns = evaluate(train_state, args.env_id, args.eval_episodes, args.seed + args.num_envs)
+            returns = evaluate(train_state, args, args.eval_episodes, args.seed + args.num_envs)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()

@@ -61,26 +61,41 @@ class Adapter:
         finally:
             jax.random.permutation = original
 
-    def rollout(self, *inputs):
-        """One call of the script's rollout() from a fresh env_reset (Gymnax: env, env_params, env
-        key, policy key; Gymnasium: vector env, seed, policy key): (batch, stats, last obs, the
-        arguments it passed to compute_gae), as NumPy."""
-        calls = []
+    def with_valid(self, mb: dict) -> dict:
+        """The CPU-env scripts' batches weigh each transition (0: a next-step autoreset's reset
+        step); a reference batch holds transitions only."""
+        if "valid" in self.m.Batch._fields and "valid" not in mb:
+            return {**mb, "valid": np.ones(len(mb["obs"]), np.float32)}
+        return mb
+
+    def rollouts(self, *inputs, calls=2):
+        """Consecutive calls of the script's rollout() from one fresh env_reset, the runner (env
+        state, episode statistics, keys) carried from one to the next as the script carries it
+        (Gymnax: env, env_params, env key, policy key; Gymnasium: vector env, seed, policy key).
+        Per call: (batch, stats, last obs, the arguments it passed to compute_gae), as NumPy; a
+        jitted function's compute_gae arguments come out through an ordered debug callback."""
+        import jax
+
+        recorded = []
         original = self.m.compute_gae
 
         def recording(*args):
-            calls.append(args)
+            if any(isinstance(a, jax.core.Tracer) for a in args[:6]):
+                jax.debug.callback(lambda *a: recorded.append(a), *args[:6], ordered=True)
+            else:
+                recorded.append(args[:6])
             return original(*args)
 
         self.m.compute_gae = recording
         try:
-            obs, batch, stats = self.run_rollout(*inputs)
+            results = self.run_rollout(*inputs, calls=calls)
+            jax.effects_barrier()
         finally:
             self.m.compute_gae = original
-        (gae_args,) = calls
+        assert len(recorded) == calls, f"compute_gae ran {len(recorded)} times in {calls} rollouts"
         as_np = lambda x: None if x is None else np.asarray(x)
-        return ({k: np.asarray(v) for k, v in batch._asdict().items()}, {k: float(v) for k, v in stats.items()},
-                np.asarray(obs), [as_np(a) for a in gae_args[:6]])
+        return [({k: np.asarray(v) for k, v in batch._asdict().items()}, {k: float(v) for k, v in stats.items()},
+                 np.asarray(obs), [as_np(a) for a in gae_args]) for (obs, batch, stats), gae_args in zip(results, recorded)]
 
 
 class Linen(Adapter):
@@ -96,7 +111,7 @@ class Linen(Adapter):
 
     def batch(self, mb):
         return self.m.Batch(**{k: self.jnp.asarray(v, self.jnp.int32 if k == "actions" else self.jnp.float32)
-                               for k, v in mb.items()})
+                               for k, v in self.with_valid(mb).items()})
 
     def canonical(self, params):
         return {net: [(np.asarray(params["params"][net][f"Dense_{i}"]["kernel"]),
@@ -133,11 +148,20 @@ class Linen(Adapter):
         logits = self.state.apply_fn(self.state.params, self.jnp.asarray(obs), method=self.m.ActorCritic.logits)
         return np.asarray(logits)
 
-    def run_rollout(self, env, env_params, env_key, runner_key):
+    def run_rollout(self, env, env_params, env_key, runner_key, calls):
         obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
         runner = self.m.Runner(runner_key, env_state, obs)
-        runner, batch, stats = self.m.rollout(self.policy, runner, env, env_params, self.args)
-        return runner.obs, batch, stats
+        rollout = self.jitted_rollout(env, env_params)
+        results = []
+        for _ in range(calls):
+            runner, batch, stats = rollout(self.policy, runner)
+            results.append((runner.obs, batch, stats))
+        return results
+
+    def jitted_rollout(self, env, env_params):
+        """rollout() jitted as ppo_linen.py jits it (the NNX and Equinox adapters run it un-jitted)."""
+        rollout = partial(self.m.rollout, env=env, env_params=env_params, args=self.args)
+        return self.jax.jit(rollout) if type(self) is Linen else rollout
 
 
 class NNX(Linen):
@@ -247,7 +271,7 @@ class Torch(Adapter):
 
     def batch(self, mb):
         dtype = lambda k: self.torch.int32 if k == "actions" else self.torch.float32
-        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(k)) for k, v in mb.items()})
+        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(k)) for k, v in self.with_valid(mb).items()})
 
     def canonical(self, tensor_of):
         return {net: [(tensor_of(f"{net}.{2 * i}.weight").T.numpy(), tensor_of(f"{net}.{2 * i}.bias").numpy())
@@ -300,39 +324,47 @@ class Torch(Adapter):
         finally:
             self.torch.randperm = original
 
-    def run_rollout(self, env, env_params, env_key, runner_key):
+    def run_rollout(self, env, env_params, env_key, runner_key, calls):
         import jax
 
         obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
         runner = self.m.Runner(env_state, self.torch.from_dlpack(obs))
         env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs))
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
-        runner, batch, stats = self.m.rollout(self.agent, runner, env_step_fn, self.args)
-        return runner.obs, batch, stats
+        results = []
+        for _ in range(calls):
+            runner, batch, stats = self.m.rollout(self.agent, runner, env_step_fn, self.args)
+            results.append((runner.obs, batch, stats))
+        return results
 
 
 class LinenGymnasium(Linen):
-    """The Gymnasium twin: the policy step jitted as the script jits it, the batch un-jitted so
-    that compute_gae's inputs can be recorded."""
+    """The Gymnasium twin: the policy step and the batch jitted as the script jits them."""
 
-    def run_rollout(self, envs, seed, runner_key):
+    def run_rollout(self, envs, seed, runner_key, calls):
         obs, env_state = self.m.env_reset(envs, seed)
         runner = self.m.Runner(runner_key, env_state, obs)
         policy_fn = self.jax.jit(partial(self.m.policy_step, apply_fn=self.state.apply_fn))
-        batch_fn = partial(self.m.learn_batch, args=self.args)
-        runner, batch, stats = self.m.rollout(self.state, runner, envs, policy_fn, batch_fn, self.args)
-        return runner.obs, batch, stats
+        batch_fn = self.jax.jit(partial(self.m.learn_batch, args=self.args))
+        results = []
+        for _ in range(calls):
+            runner, batch, stats = self.m.rollout(self.state, runner, envs, policy_fn, batch_fn, self.args)
+            results.append((runner.obs, batch, stats))
+        return results
 
 
 class TorchGymnasium(Torch):
-    def run_rollout(self, envs, seed, runner_key):
+    def run_rollout(self, envs, seed, runner_key, calls):
         import jax
 
         obs, env_state = self.m.env_reset(envs, seed)
         runner = self.m.Runner(env_state, self.torch.from_numpy(obs))
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
-        runner, batch, stats = self.m.rollout(self.agent, runner, envs, self.args)
-        return runner.obs, batch, stats
+        results = []
+        for _ in range(calls):
+            runner, batch, stats = self.m.rollout(self.agent, runner, envs, self.args)
+            results.append((runner.obs, batch, stats))
+        return results
 
 
 @functools.cache

@@ -16,14 +16,15 @@ SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", 
                  "time/rollout_mean_8_end", "time/update_mean_8_end")
 
 
-def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, **args):
+def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, device="cpu",
+             **args):
     """A run directory as the scripts write it, with the given durations (and arguments)."""
     from tensorboard.summary import Writer
 
     run_dir = root / f"{env_id}__{variant}__{model}__s{seed}__{1_000_000 + seed}"
     run_dir.mkdir(parents=True)
     info = {"args": {"env_id": env_id, "model": model, "seed": seed, "sync_timing": synced, **args},
-            "variant": variant, "versions": {"python": "3.11", "jax": "0.10.2"}, "device": "cpu",
+            "variant": variant, "versions": {"python": "3.11", "jax": "0.10.2"}, "device": device,
             "cpu": "Test CPU", "start_time": 1000.0}
     (run_dir / "run.json").write_text(json.dumps(info))
     summary = {k: None for k in SUMMARY_TIMES} | {
@@ -127,14 +128,21 @@ def test_report_written(synthetic):
 
 
 def test_cpu_env_experiments_by_hand(tmp_path):
-    """The 2x2's speedups and the env-scaling throughputs, on runs whose durations are known."""
+    """The corners' ratios, paired by repeat, and the env-scaling throughputs, on runs whose
+    durations are known; a run on another device is never paired."""
     runs_dir, out = tmp_path / "runs", tmp_path / "results"
-    # cpuenv: each corner's iterations a known multiple of ITERATIONS, on two envs
-    corners = {"torch_gymnasium": 8.0, "torch": 2.0, "linen_gymnasium": 4.0, "linen": 1.0}
+    # cpuenv: each corner's iterations a known multiple of ITERATIONS, on two envs and two repeats;
+    # in repeat 2 the sync loop takes 1.5 times as long; a third repeat's EnvPool run is on a GPU
+    corners = {"torch_gymnasium": 8.0, "torch_gymnasium-vector": 2.0, "torch_gymnasium-envpool": 4.0, "torch": 2.0,
+               "linen_gymnasium": 4.0, "linen_gymnasium-envpool": 2.0, "linen": 1.0}
+    defaults = dict(num_envs=32, num_steps=256, update_epochs=10, num_minibatches=8)
     for env, scale in (("CartPole-v1", 1.0), ("Breakout-MinAtar", 3.0)):
         for variant, factor in corners.items():
-            fake_run(runs_dir / "cpuenv" / "r1", variant, env, "small", 1, 10.0,
-                     [x * factor * scale for x in ITERATIONS], synced=True)
+            for seed in (1, 2, 3):
+                factor_r = factor * (1.5 if seed == 2 and variant == "torch_gymnasium" else 1.0)
+                device = "NVIDIA H100" if seed == 3 and variant == "torch_gymnasium-envpool" else "cpu"
+                fake_run(runs_dir / "cpuenv" / f"r{seed}", variant, env, "small", seed, 10.0,
+                         [x * factor_r * scale for x in ITERATIONS], synced=True, device=device, **defaults)
     # envscale: a rollout (a quarter of each iteration) of 0.1 s for 8 and 16 envs, 0.19 s for 32
     for n, seconds in ((8, 0.4), (16, 0.4), (32, 0.76)):
         fake_run(runs_dir / "envscale" / "r1" / f"envs{n}", "linen", "CartPole-v1", "small", 1, 10.0,
@@ -154,15 +162,27 @@ def test_cpu_env_experiments_by_hand(tmp_path):
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
-    # steady iterations, rollouts and updates: 8 vs 2, 8 vs 1, 8 vs 4 times the same base, on both envs
-    two = lambda x: f"{x:.2f}x (n = 2 envs, range {x:.2f}–{x:.2f})"
-    for what, pair, ratio in (("the environment moved to JAX, PyTorch kept", "torch_gymnasium / torch", 4.0),
-                              ("everything moved to JAX", "torch_gymnasium / linen", 8.0),
-                              ("the framework alone, CPU env", "torch_gymnasium / linen_gymnasium", 2.0)):
-        assert f"| {what} | {pair} | small | {two(ratio)} | {two(ratio)} | {two(ratio)} |" in report
+    # steady rollouts, updates and iterations, per repeat: 8 (12 in repeat 2) against 4, 2 and 1 times
+    # the same base; repeat 3 pairs everywhere but with the GPU's EnvPool run
+    config = "32 envs x 256 steps, 10 epochs x 8"
+    for what, pair, cell in (
+            ("EnvPool instead of the sync loop, PyTorch kept", "torch_gymnasium / torch_gymnasium-envpool",
+             "2.5 (2–3, n = 2)"),
+            ("the JAX env instead of EnvPool, PyTorch kept", "torch_gymnasium-envpool / torch", "2 (2–2, n = 2)"),
+            ("the framework alone, EnvPool", "torch_gymnasium-envpool / linen_gymnasium-envpool", "2 (2–2, n = 2)"),
+            ("everything moved to JAX", "torch_gymnasium / linen", "8 (8–12, n = 3)")):
+        for env in ("Breakout-MinAtar", "CartPole-v1"):
+            assert f"| {what} | {pair} | {env} | {config} | small | {cell} | {cell} | {cell} |" in report
     assert "| CartPole-v1 | linen | 10,240 | 20,480 | 21,558 | 16 |" in report
     for chart in ("cpuenv_2x2", "envscale"):
         assert (out / f"{chart}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({chart}.png)" in report
+
+
+def test_runs_on_different_devices_are_never_paired(tmp_path):
+    fake_run(tmp_path, "linen", "CartPole-v1", "small", 1, 10.0, ITERATIONS)
+    fake_run(tmp_path, "torch", "CartPole-v1", "small", 1, 20.0, ITERATIONS, device="NVIDIA H100")
+    found, _ = runs.find_runs([str(tmp_path)])
+    assert stats.speedup_table(found, stats.total_time, [("torch", "linen")]) == []
 
 
 def test_broken_runs_reported_and_skipped(synthetic):

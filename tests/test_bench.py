@@ -36,9 +36,11 @@ def test_full_schedule():
     lines = planned("sweep")
     # warm-up: a run per framework; exp1: 12 envs x 6 variants x 3 sizes; exp2: 12 envs x 10 modes;
     # exp3: Acrobot x 10 modes x 3 sizes -- benchback-rl's 231 runs per repeat, with our variants added;
-    # cpuenv: the 7 seed envs with a CPU twin x 5 variants x 2 sizes; envscale: 2 envs x 5 x 9 counts
-    assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 70,
-                                     "envscale": 90}
+    # cpuenv: the 7 envs with a CPU twin x {torch, linen} x (the JAX env, sync, and vector on CartPole,
+    # envpool on the 3 classic-control envs) x 2 sizes x 2 batch shapes = (8 + 2 * 6 + 4 * 4) x 4;
+    # envscale: (CartPole's 8 + Breakout's 4 variants) x 9 counts
+    assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 144,
+                                     "envscale": 108}
     assert all("--sync-timing" in line for line in lines if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")))
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
     assert len(set(lines)) == len(lines)
@@ -48,22 +50,28 @@ def test_full_schedule():
 
 def test_envscale_keeps_the_minibatch_and_a_folder_per_count():
     lines = planned("envscale", "--iterations", "50")
-    assert len(lines) == 2 * 5 * 9
+    assert len(lines) == (8 + 4) * 9
     for n in (8, 64, 2048):
         mine = [line for line in lines if f"--num-envs {n} " in line]
-        assert len(mine) == 10
+        assert len(mine) == 12
         # minibatch = n * 128 steps / (n / 8) = 1024; each count in its own folder, so --resume
         # never takes one count's finished run for another's; envscale keeps its own 4 iterations
         assert all(f"--log-dir runs/envscale/r1/envs{n} " in line and f"--num-minibatches {n // 8} " in line
                    and line.endswith("--num-iterations 4") for line in mine), mine[0]
     assert {line.split()[3] for line in lines} == {"ppo_torch_gymnasium.py", "ppo_linen_gymnasium.py", "ppo_torch.py",
-                                                   "ppo_torch_compile.py", "ppo_linen.py"}
+                                                   "ppo_linen.py"}
 
 
 def test_cpuenv_keeps_the_listed_envs_with_a_twin():
     lines = planned("cpuenv", "--envs", "CartPole-v1,DeepSea-bsuite,Seaquest-MinAtar", "--models", "small")
-    assert sorted({line.split()[5] for line in lines}) == ["CartPole-v1", "Seaquest-MinAtar"]
-    assert len(lines) == 2 * 5
+    env_of = lambda line: re.search(r"--env-id (\S+)", line)[1]
+    assert sorted({env_of(line) for line in lines}) == ["CartPole-v1", "Seaquest-MinAtar"]
+    # CartPole: every corner; Seaquest: no vectorization but sync offers it; each at both batch shapes
+    assert len(lines) == (8 + 4) * 2
+    assert not any("--vectorization" in line for line in lines if env_of(line) == "Seaquest-MinAtar")
+    cleanrl = [line for line in lines if "/cleanrl " in line]
+    assert len(cleanrl) == 12 and all(line.endswith("--num-envs 4 --num-steps 128 --num-minibatches 4 "
+                                                    "--update-epochs 4") for line in cleanrl)
 
 
 def test_repeats_use_their_own_seed():
@@ -108,7 +116,7 @@ def test_the_plan_file_records_the_order_and_its_seed(tmp_path):
 
 def test_filters():
     assert per_experiment(planned("sweep", "--envs", "CartPole-v1,Acrobot-v1", "--models", "small")) == \
-        {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": 10, "envscale": 90}
+        {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": (8 + 6) * 2, "envscale": (8 + 6) * 9}
     lines = planned("exp2", "--variants", "linen,torch_compile")
     assert len(lines) == 24 and all("ppo_linen.py" in x or "ppo_torch_compile.py" in x for x in lines)
     assert len(planned("exp1", "--envs", "extra", "--models", "large")) == 7 * 6

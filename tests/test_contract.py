@@ -18,7 +18,7 @@ SHARED_ARGS = {
     "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs", "save_model": False, "load_model": None,
     "eval_episodes": 0,
 }
-COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode"}  # the only fields a variant may add
+COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "vectorization"}  # the only fields a variant may add
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
             "training loop with logging", "main"]
 DETERMINISTIC_TAGS = TAGS - {"charts/SPS", "time/iteration", "memory/peak_rss_mb"}
@@ -92,7 +92,7 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
     # full float32 matmuls, as each framework in the process reports it back
     assert info["matmul_precision"] == {fw: FLOAT32[fw] for fw in frameworks(script)}
     if script in GYMNASIUM_SCRIPTS:  # the CPU twin, and how it is vectorized
-        assert info["env"] == {"id": "CartPole-v1", "vectorization": "sync", "autoreset": "same-step"}
+        assert info["env"] == {"id": "CartPole-v1", "vectorization": "sync", "autoreset": "SameStep"}  # as the env reports it
     assert {"python", "jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "torch"} <= set(info["versions"])
     assert info["device"] and info["cpu"]
 

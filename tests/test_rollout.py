@@ -4,8 +4,10 @@ the script chose) gives the same observations, rewards, terminated/truncated fla
 observations, episode returns and lengths; the reference network gives the same
 log-probabilities and values; and GAE over that trajectory gives the same advantages.
 A second, near-deterministic policy shows each action was chosen from its own observation.
-The Gymnax scripts step Gymnax's CartPole; the Gymnasium ones Gymnasium's, each sub-env
-seeded as the vector env seeds it (seed + i) and reset in the step its episode ends."""
+The Gymnax scripts step Gymnax's CartPole; the Gymnasium ones Gymnasium's CartPole and
+MinAtar Breakout (boolean grids), each sub-env seeded as the vector env seeds it (seed + i) and
+reset in the step its episode ends. Every rollout is two consecutive rollout() calls, the
+runner (env state, episode statistics) carried across as the script carries it."""
 
 import dataclasses
 
@@ -49,13 +51,17 @@ def gymnax_envs():
     return (env, env_params, env_key), first_obs, step
 
 
-def gymnasium_envs():
-    """Gymnasium's CartPole, each env made and stepped alone: seeded with seed + i as the vector
-    env seeds it, and reset (without a seed) in the step its episode ends."""
+def gymnasium_envs(script, env_id):
+    """Gymnasium's twin, made by the script's own make_env (sync, same-step autoreset), and the
+    same twin's envs made and stepped alone: seeded with seed + i as the vector env seeds them,
+    and reset (without a seed) in the step their episode ends."""
     import gymnasium as gym
 
-    seed = 3
-    envs = [gym.make("CartPole-v1", max_episode_steps=TIME_LIMIT) for _ in range(NUM_ENVS)]
+    seed, m = 3, load(script)
+    twin, kwargs = m.TWINS[env_id]
+    kwargs = {**kwargs, "max_episode_steps": TIME_LIMIT}
+    m.make_env(env_id, 1).close()  # registers the MinAtar twins
+    envs = [gym.make(twin, **kwargs) for _ in range(NUM_ENVS)]
     first_obs = [flatten(e.reset(seed=seed + i)[0]) for i, e in enumerate(envs)]
 
     def step(t, actions):
@@ -68,89 +74,185 @@ def gymnasium_envs():
             out.append((flatten(o), float(reward), terminated, truncated, final))
         return out
 
-    vector = gym.make_vec("CartPole-v1", NUM_ENVS, vectorization_mode="sync", max_episode_steps=TIME_LIMIT,
-                          vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    original = dict(m.TWINS)
+    m.TWINS[env_id] = (twin, kwargs)  # the script's make_env, with the test's time limit
+    try:
+        vector = m.make_env(env_id, NUM_ENVS)
+    finally:
+        m.TWINS.clear(), m.TWINS.update(original)
     return (vector, seed), first_obs, step
 
 
 def reference_rollout(first_obs, step, actions):
-    """The plain loop: the trajectory, the last observations and every finished episode's
-    (return, length)."""
+    """The plain loop: the trajectory, the observation after each step and every finished
+    episode's (step, return, length)."""
     obs = list(first_obs)
     names = ("obs", "reward", "terminated", "truncated", "final_obs")
     out = {name: [] for name in names}
     running = np.zeros((2, NUM_ENVS))  # return and length of each env's episode so far
     episodes = []
-    for t in range(NUM_STEPS):
+    for t in range(len(actions)):
         out["obs"].append(np.stack(obs))
         results = step(t, actions[t])
         for i, (o, reward, terminated, truncated, final) in enumerate(results):
             obs[i] = o
             running[:, i] += (reward, 1)
             if terminated or truncated:
-                episodes.append(tuple(running[:, i]))
+                episodes.append((t, *running[:, i]))
                 running[:, i] = 0
         for name, values in zip(names[1:], zip(*[r[1:] for r in results])):
             out[name].append(np.stack(values))
-    trajectory = {name: np.stack(values) for name, values in out.items()}
-    return trajectory, np.stack(obs), episodes
+    out["obs"].append(np.stack(obs))
+    return {name: np.stack(values) for name, values in out.items()}, episodes
 
 
 def value(weights, obs):
     return ref.forward(ref.as64(weights)["critic"], obs)[0][..., 0]
 
 
+def sharpen(weights):
+    """The near-deterministic policy: the actor's output scaled up."""
+    kernel, bias = weights["actor"][-1]
+    weights["actor"][-1] = (kernel * SHARP, bias)
+
+
+CASES = [(s, "CartPole-v1") for s in SCRIPTS] + [(s, "Breakout-MinAtar") for s in GYMNASIUM_SCRIPTS]
+
+
 @pytest.mark.parametrize("policy", ["soft", "sharp"])
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_rollout_matches_step_by_step_reference(script, policy):
+@pytest.mark.parametrize("script,env_id", CASES)
+def test_rollout_matches_step_by_step_reference(script, env_id, policy):
+    """Two consecutive rollout() calls, the runner carried across as the script carries it."""
     import jax
 
     args = dataclasses.replace(load(script).Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
-    weights = ref.random_weights(np.random.default_rng(2), 4, (64, 64), 2)
+    env_inputs, first_obs, step = gymnasium_envs(script, env_id) if script in GYMNASIUM_SCRIPTS else gymnax_envs()
+    num_actions = env_inputs[0].single_action_space.n if script in GYMNASIUM_SCRIPTS else 2
+    weights = ref.random_weights(np.random.default_rng(2), len(first_obs[0]), (64, 64), num_actions)
     if policy == "sharp":
-        kernel, bias = weights["actor"][-1]
-        weights["actor"][-1] = (kernel * SHARP, bias)
-    env_inputs, first_obs, step = gymnasium_envs() if script in GYMNASIUM_SCRIPTS else gymnax_envs()
-    batch, stats, last_obs, gae_args = adapter_for(script)(script, weights, args).rollout(
-        *env_inputs, jax.random.key(4))
-    values, rewards, terminated, truncated, last_value, final_values = gae_args
-    actions = batch["actions"].reshape(NUM_STEPS, NUM_ENVS)
-    expected, expected_last_obs, episodes = reference_rollout(first_obs, step, actions)
-    ended = {"soft": expected["terminated"].any() and (expected["truncated"] & ~expected["terminated"]).any(),
-             "sharp": (expected["terminated"] | expected["truncated"]).any()}  # it balances: time limits
-    assert ended[policy], "the trajectory must hold the episode ends this test checks"
+        sharpen(weights)
+    calls = adapter_for(script)(script, weights, args).rollouts(*env_inputs, jax.random.key(4), calls=2)
+    actions = np.concatenate([batch["actions"].reshape(NUM_STEPS, NUM_ENVS) for batch, *_ in calls])
+    expected, episodes = reference_rollout(first_obs, step, actions)
+    ends = expected["terminated"] | expected["truncated"]
+    assert ends[:NUM_STEPS].any() and ends[NUM_STEPS:].any(), "both rollouts must hold episode ends"
+    if policy == "soft":  # (the sharp one ends Breakout's episodes before the time limit)
+        assert (expected["truncated"] & ~expected["terminated"]).any(), "a truncation must bootstrap"
 
-    # the environment: what each step saw, got and ended with
-    np.testing.assert_allclose(batch["obs"].reshape(NUM_STEPS, NUM_ENVS, -1), expected["obs"], atol=1e-5)
-    np.testing.assert_array_equal(rewards, expected["reward"])
-    np.testing.assert_array_equal(terminated, expected["terminated"])
-    np.testing.assert_array_equal(truncated, expected["truncated"])
-    np.testing.assert_allclose(last_obs, expected_last_obs, atol=1e-5)
-    assert stats["episodes"] == len(episodes)
-    assert stats["episodic_return_sum"] == pytest.approx(sum(r for r, _ in episodes))
-    assert stats["episodic_length_sum"] == pytest.approx(sum(n for _, n in episodes))
+    for call, (batch, stats, last_obs, gae_args) in enumerate(calls):
+        steps = slice(call * NUM_STEPS, (call + 1) * NUM_STEPS)
+        ex = {name: x[steps] for name, x in expected.items()}
+        ex_last_obs = expected["obs"][steps.stop]
+        ended = [e for e in episodes if steps.start <= e[0] < steps.stop]
+        values, rewards, terminated, truncated, last_value, final_values = gae_args
+        where = f"rollout call {call + 1}"
 
-    # the network on those observations: log-probs of the chosen actions, values, and the value of
-    # the final observation each truncated step bootstraps from
-    logits = ref.forward(ref.as64(weights)["actor"], expected["obs"])[0]
-    logp = np.take_along_axis(ref.log_softmax(logits), actions[..., None], -1).reshape(-1)
-    float32_error = 1e-6 * np.abs(logits).max()  # float32 log-softmax of large logits
-    np.testing.assert_allclose(batch["logprobs"], logp, rtol=1e-4, atol=1e-5 + float32_error)
-    np.testing.assert_allclose(values, value(weights, expected["obs"]), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(batch["values"], values.reshape(-1))
-    np.testing.assert_allclose(last_value, value(weights, expected_last_obs), rtol=1e-5, atol=1e-5)
-    bootstrapped = expected["truncated"] & ~expected["terminated"]
-    np.testing.assert_allclose(final_values[bootstrapped], value(weights, expected["final_obs"])[bootstrapped],
-                               rtol=1e-5, atol=1e-5)
+        # the environment: what each step saw, got and ended with, and the episode statistics
+        # (an episode that began in the first call ends in the second with its whole return)
+        np.testing.assert_allclose(batch["obs"].reshape(NUM_STEPS, NUM_ENVS, -1), ex["obs"], atol=1e-5, err_msg=where)
+        np.testing.assert_array_equal(rewards, ex["reward"], err_msg=where)
+        np.testing.assert_array_equal(terminated, ex["terminated"], err_msg=where)
+        np.testing.assert_array_equal(truncated, ex["truncated"], err_msg=where)
+        np.testing.assert_allclose(last_obs, ex_last_obs, atol=1e-5, err_msg=where)
+        assert stats["episodes"] == len(ended), where
+        assert stats["episodic_return_sum"] == pytest.approx(sum(r for _, r, _ in ended)), where
+        assert stats["episodic_length_sum"] == pytest.approx(sum(n for *_, n in ended)), where
+        if "valid" in batch:  # same-step autoreset: every step is a transition
+            np.testing.assert_array_equal(batch["valid"], 1.0, err_msg=where)
 
-    # GAE over the reference trajectory gives the batch's advantages and returns
-    advantages, returns = ref.gae(value(weights, expected["obs"]), expected["reward"], expected["terminated"],
-                                  expected["truncated"], value(weights, expected_last_obs),
-                                  value(weights, expected["final_obs"]), args.gamma, args.gae_lambda)
-    np.testing.assert_allclose(batch["advantages"], advantages.reshape(-1), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(batch["returns"], returns.reshape(-1), rtol=1e-4, atol=1e-4)
+        # the network on those observations: log-probs of the chosen actions, values, and the value
+        # of the final observation each truncated step bootstraps from
+        act = actions[steps]
+        logits = ref.forward(ref.as64(weights)["actor"], ex["obs"])[0]
+        logp = np.take_along_axis(ref.log_softmax(logits), act[..., None], -1).reshape(-1)
+        float32_error = 1e-6 * np.abs(logits).max()  # float32 log-softmax of large logits
+        np.testing.assert_allclose(batch["logprobs"], logp, rtol=1e-4, atol=1e-5 + float32_error, err_msg=where)
+        np.testing.assert_allclose(values, value(weights, ex["obs"]), rtol=1e-5, atol=1e-5, err_msg=where)
+        np.testing.assert_allclose(batch["values"], values.reshape(-1), err_msg=where)
+        np.testing.assert_allclose(last_value, value(weights, ex_last_obs), rtol=1e-5, atol=1e-5, err_msg=where)
+        bootstrapped = ex["truncated"] & ~ex["terminated"]
+        np.testing.assert_allclose(final_values[bootstrapped], value(weights, ex["final_obs"])[bootstrapped],
+                                   rtol=1e-5, atol=1e-5, err_msg=where)
 
-    if policy == "sharp":  # each action is the one its own observation's logits call for
-        decided = np.abs(logits[..., 0] - logits[..., 1]) > 30  # Gumbel noise beyond 30: p < 1e-13
-        assert decided.mean() > 0.75
-        np.testing.assert_array_equal(actions[decided], logits.argmax(-1)[decided])
+        # GAE over the reference trajectory gives the batch's advantages and returns
+        advantages, returns = ref.gae(value(weights, ex["obs"]), ex["reward"], ex["terminated"], ex["truncated"],
+                                      value(weights, ex_last_obs), value(weights, ex["final_obs"]), args.gamma,
+                                      args.gae_lambda)
+        np.testing.assert_allclose(batch["advantages"], advantages.reshape(-1), rtol=1e-4, atol=1e-4, err_msg=where)
+        np.testing.assert_allclose(batch["returns"], returns.reshape(-1), rtol=1e-4, atol=1e-4, err_msg=where)
+
+        if policy == "sharp":  # each action is the one its own observation's logits call for
+            decided = np.abs(np.diff(np.sort(logits, -1)[..., -2:], axis=-1)[..., 0]) > 30  # Gumbel noise: p < 1e-13
+            assert decided.mean() > 0.5, where
+            np.testing.assert_array_equal(act[decided], logits.argmax(-1)[decided], err_msg=where)
+
+
+@pytest.mark.parametrize("vectorization", ["vector", "envpool"])
+@pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
+def test_next_step_autoreset_masks_the_reset_step(script, vectorization):
+    """Vectorizations that reset an env on the step after its episode ended (Gymnasium's NumPy
+    CartPole, EnvPool): two consecutive rollouts, checked step by step against Gymnasium's own
+    CartPole stepped from each observation (CartPole's observation is its whole state). Every
+    transition is in the batch with weight 1 and is what the env does; every reset step has
+    weight 0, reward 0 and no episode end; the episode statistics count transitions only; and GAE
+    over each env's transitions alone, reset steps left out, gives the batch's advantages."""
+    import gymnasium as gym
+    import jax
+
+    m = load(script)
+    args = dataclasses.replace(m.Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS, vectorization=vectorization)
+    original = dict(m.TWINS)
+    m.TWINS["CartPole-v1"] = ("CartPole-v1", {"max_episode_steps": TIME_LIMIT})
+    try:
+        envs = m.make_env("CartPole-v1", NUM_ENVS, vectorization, seed=3)
+    finally:
+        m.TWINS.clear(), m.TWINS.update(original)
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    weights = ref.random_weights(np.random.default_rng(2), 4, (64, 64), 2)
+    calls = adapter_for(script)(script, weights, args).rollouts(envs, 3, jax.random.key(4), calls=2)
+    single = gym.make("CartPole-v1").unwrapped  # the dynamics, stepped from a given state
+
+    resetting, running, length = np.zeros(NUM_ENVS, bool), np.zeros((2, NUM_ENVS)), np.zeros(NUM_ENVS, int)
+    resets = 0
+    for call, (batch, stats, last_obs, gae_args) in enumerate(calls):
+        values, rewards, terminated, truncated, last_value, final_values = gae_args
+        obs = batch["obs"].reshape(NUM_STEPS, NUM_ENVS, 4)
+        next_obs = np.concatenate([obs[1:], last_obs[None]])
+        actions, valid = batch["actions"].reshape(NUM_STEPS, NUM_ENVS), batch["valid"].reshape(NUM_STEPS, NUM_ENVS)
+        ended = []
+        for t in range(NUM_STEPS):
+            where = f"rollout call {call + 1}, step {t}"
+            np.testing.assert_array_equal(valid[t], ~resetting, err_msg=where)
+            for i in np.flatnonzero(resetting):  # a reset step: nothing happens but the reset
+                assert (rewards[t, i], terminated[t, i], truncated[t, i]) == (0, False, False), where
+            for i in np.flatnonzero(~resetting):  # a transition: what CartPole does from this state
+                single.state, single.steps_beyond_terminated = obs[t, i].astype(np.float64), None
+                o, reward, term, _, _ = single.step(int(actions[t, i]))
+                length[i] += 1
+                running[:, i] += (reward, 1)
+                np.testing.assert_allclose(next_obs[t, i], o, rtol=1e-5, atol=1e-5, err_msg=where)
+                truncation = length[i] == TIME_LIMIT  # EnvPool: a step that does both is truncated only
+                term = term and not (vectorization == "envpool" and truncation)
+                assert (rewards[t, i], terminated[t, i], truncated[t, i]) == (reward, term, truncation), where
+                if truncated[t, i] and not term:  # the observation this step returned is the final one
+                    np.testing.assert_allclose(final_values[t, i], value(weights, next_obs[t, i]), rtol=1e-5, atol=1e-5)
+            resetting = terminated[t] | truncated[t]
+            for i in np.flatnonzero(resetting):
+                ended.append(tuple(running[:, i]))
+                running[:, i], length[i] = 0, 0
+            resets += resetting.sum()
+        assert stats["episodes"] == len(ended)
+        assert stats["episodic_return_sum"] == pytest.approx(sum(r for r, _ in ended))
+        assert stats["episodic_length_sum"] == pytest.approx(sum(n for _, n in ended))
+
+        # each env's transitions alone (its reset steps dropped): GAE gives the batch's advantages
+        advantages = batch["advantages"].reshape(NUM_STEPS, NUM_ENVS)
+        for i in range(NUM_ENVS):
+            keep = valid[:, i] == 1
+            column = lambda x: x[keep, i][:, None]
+            expected, _ = ref.gae(value(weights, column(obs)), column(rewards), column(terminated),
+                                  column(truncated), value(weights, last_obs[i:i + 1]),
+                                  value(weights, column(next_obs)), args.gamma, args.gae_lambda)
+            np.testing.assert_allclose(column(advantages), expected, rtol=1e-4, atol=1e-4, err_msg=f"env {i}")
+    assert resets > NUM_ENVS, "the rollouts must hold reset steps"
+    envs.close()

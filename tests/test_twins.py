@@ -1,7 +1,9 @@
 """Proof that the CPU-environment scripts' envs are twins of the Gymnax ones: the classic-control
-envs compute the same transitions from the same state, and every twin has Gymnax's action set,
-observation size and time limit. (The MinAtar games draw their randomness differently in the
-two implementations, so their transitions cannot be compared step by step; docs/method.md says so.)"""
+envs compute the same transitions from the same state (Gymnasium's, and EnvPool's), Breakout
+steps alike in lockstep (its randomness is drawn only at reset, so the start state is copied
+across), the other MinAtar games give the same return and length distributions under the same
+random policy (their randomness is drawn in every step, differently in the two implementations),
+and every twin has Gymnax's action set, observation size and time limit."""
 
 import numpy as np
 import pytest
@@ -103,3 +105,123 @@ def test_time_limit_truncates_alike():
         assert (bool(truncated[0]), bool(terminated[0])) == (bool(g_truncated), bool(g_terminated)), t
     assert truncated[0] and not terminated[0]
     envs.close()
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"])
+def test_envpool_twins_step_alike(env_id):
+    """EnvPool's envs (whose state cannot be set) against Gymnasium's stepped from the state each
+    observation gives: the next observation, reward and termination, over 8 envs x 300 steps."""
+    import gymnasium as gym
+
+    script = load(GYMNASIUM_SCRIPTS[0])
+    envs = script.make_env(env_id, 8, "envpool", seed=0)
+    single = gym.make(env_id).unwrapped
+    to_state = {  # Acrobot observes the cos and sin of its joint angles
+        "Acrobot-v1": lambda o: np.array([np.arctan2(o[1], o[0]), np.arctan2(o[3], o[2]), o[4], o[5]]),
+    }.get(env_id, lambda o: np.asarray(o, np.float64))
+    rng = np.random.default_rng(0)
+    obs, _ = envs.reset()
+    resetting, ended = np.zeros(8, bool), 0
+    for t in range(300):
+        action = rng.integers(envs.single_action_space.n, size=8).astype(np.int32)
+        next_obs, reward, terminated, truncated, _ = envs.step(action)
+        for i in np.flatnonzero(~resetting):  # (a reset step draws a new start state: nothing to compare)
+            single.state = to_state(obs[i])
+            if hasattr(single, "steps_beyond_terminated"):
+                single.steps_beyond_terminated = None
+            o, r, term, _, _ = single.step(int(action[i]))
+            np.testing.assert_allclose(next_obs[i], o, rtol=1e-4, atol=1e-4, err_msg=f"{env_id} step {t} env {i}")
+            assert (reward[i], terminated[i] or truncated[i] and term) == (r, term), (env_id, t, i)
+            ended += term
+        obs, resetting = next_obs, terminated | truncated
+    envs.close()
+    if env_id == "CartPole-v1":  # (random actions seldom end Acrobot's episodes, never MountainCar's)
+        assert ended > 8, f"{ended} terminations: both outcomes must be compared"
+
+
+def test_breakout_steps_alike_in_lockstep():
+    """MinAtar's Breakout draws randomness only at reset (where the ball starts): with each start
+    state copied into Gymnax's, 2,000 random actions give the same observations, rewards and
+    terminations in both."""
+    import gymnasium as gym
+    import gymnax
+    import jax
+    import jax.numpy as jnp
+
+    script = load(GYMNASIUM_SCRIPTS[0])
+    script.make_env("Breakout-MinAtar", 1).close()  # registers the MinAtar twins
+    twin, kwargs = script.TWINS["Breakout-MinAtar"]
+    env = gym.make(twin, **kwargs).unwrapped
+    gymnax_env, params = gymnax.make("Breakout-MinAtar")
+    gymnax_step = jax.jit(gymnax_env.step_env)  # the transition alone, without auto-reset
+    template = gymnax_env.reset_env(jax.random.key(0), params)[1]
+
+    def copied(game):  # minatar's game state as Gymnax's
+        return template.replace(ball_y=jnp.array(game.ball_y), ball_x=jnp.array(game.ball_x),
+                                ball_dir=jnp.array(game.ball_dir), pos=game.pos, brick_map=jnp.asarray(game.brick_map),
+                                strike=game.strike, last_y=jnp.array(game.last_y), last_x=jnp.array(game.last_x),
+                                time=0, terminal=False)
+
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    state, rewards, episodes = copied(env.game.env), 0.0, 0
+    for t in range(2000):
+        action = int(rng.integers(env.action_space.n))
+        obs, reward, terminated, _, _ = env.step(action)
+        g_obs, state, g_reward, g_done, _ = gymnax_step(jax.random.key(t), state, action, params)
+        np.testing.assert_array_equal(np.asarray(g_obs), obs, err_msg=f"step {t}")
+        assert (float(g_reward), bool(g_done)) == (reward, terminated), t
+        rewards += reward
+        if terminated:
+            env.reset()
+            state, episodes = copied(env.game.env), episodes + 1
+    assert episodes > 20 and rewards > 20, "bricks hit and balls lost: both must be compared"
+
+
+@pytest.mark.parametrize("env_id", ["Asterix-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar"])
+def test_minatar_twins_have_the_same_episode_distributions(env_id):
+    """Under the uniform random policy, 300 episodes of each implementation (cut at 500 steps):
+    a two-sample Kolmogorov-Smirnov test of returns and of lengths detects no difference at the
+    0.1% level. This shows no gross difference, not step-by-step equality (docs/method.md)."""
+    import gymnasium as gym
+    import gymnax
+    import jax
+    from scipy.stats import ks_2samp
+
+    episodes, cut = 300, 500
+    script = load(GYMNASIUM_SCRIPTS[0])
+    script.make_env(env_id, 1).close()
+    twin, kwargs = script.TWINS[env_id]
+    env = gym.make(twin, **{**kwargs, "max_episode_steps": cut})
+    rng = np.random.default_rng(0)
+    cpu = []
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        total, length, done = 0.0, 0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+            total, length, done = total + reward, length + 1, terminated or truncated
+        cpu.append((total, length))
+
+    gymnax_env, params = gymnax.make(env_id)
+    n = gymnax_env.action_space(params).n
+
+    @jax.jit
+    def play(key):  # one episode per key, cut at 500 steps: (return, length)
+        def step(carry, key):
+            state, total, length, done = carry
+            act_key, step_key = jax.random.split(key)
+            _, state, reward, ended, _ = gymnax_env.step_env(step_key, state, jax.random.randint(act_key, (), 0, n), params)
+            return (state, total + reward * ~done, length + ~done, done | ended), None
+
+        state = gymnax_env.reset_env(key, params)[1]
+        (_, total, length, _), _ = jax.lax.scan(step, (state, 0.0, 0, False), jax.random.split(key, cut))
+        return total, length
+
+    totals, lengths = jax.vmap(play)(jax.random.split(jax.random.key(0), episodes))
+    for name, ours, theirs in (("return", [r for r, _ in cpu], totals), ("length", [n for _, n in cpu], lengths)):
+        if np.ptp(ours) == 0 and np.ptp(np.asarray(theirs)) == 0:  # (Freeway's episodes all reach the cut)
+            assert ours[0] == theirs[0], (env_id, name)
+            continue
+        p = ks_2samp(ours, np.asarray(theirs)).pvalue
+        assert p > 1e-3, f"{env_id}: {name} distributions differ (KS p = {p:.2g})"

@@ -1,0 +1,78 @@
+"""The CPU-env scripts' --vectorization: each way of stepping the envs records the autoreset mode
+its env reports, refuses an env it does not offer like any bad input, and a reset step that a
+next-step autoreset puts into the batch weighs nothing in the loss (the loss of a batch with
+such steps is the reference's loss of the batch without them). tests/test_rollout.py proves
+what each vectorization collects; tests/test_twins.py that EnvPool's envs are the same envs."""
+
+import numpy as np
+import pytest
+import reference as ref
+from adapters import adapter_for
+from helpers import GYMNASIUM_SCRIPTS, ROOT, TINY, load, read_json, run, run_ok
+from test_equivalence import MINIBATCH, NUM_ACTIONS, OBS_DIM, problem, rows, shared_args  # noqa: F401
+
+AUTORESET = {"sync": "SameStep", "vector": "NextStep", "envpool": "NextStep"}
+
+
+@pytest.mark.parametrize("vectorization", AUTORESET)
+@pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
+def test_run_records_the_envs_autoreset_mode(script, vectorization, tmp_path):
+    m = load(script)
+    envs = m.make_env("CartPole-v1", 2, vectorization, seed=0)
+    reported = envs.metadata["autoreset_mode"].value
+    envs.close()
+    assert reported == AUTORESET[vectorization]
+    run_dir = run_ok(script, *TINY, "--num-iterations", "1", "--vectorization", vectorization, log_dir=tmp_path)
+    info = read_json(run_dir / "run.json")
+    assert info["env"] == {"id": "CartPole-v1", "vectorization": vectorization, "autoreset": reported}
+    suffix = "" if vectorization == "sync" else f"-{vectorization}"
+    assert info["variant"] == script[4:-3] + suffix and run_dir.name.split("__")[1] == info["variant"]
+
+
+@pytest.mark.parametrize("vectorization,env_id", [("vector", "Acrobot-v1"), ("envpool", "Breakout-MinAtar")])
+@pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
+def test_env_a_vectorization_does_not_offer_is_refused(script, vectorization, env_id, tmp_path):
+    proc = run(script, "--vectorization", vectorization, "--env-id", env_id, log_dir=tmp_path / "runs")
+    offered = load(script).VECTORIZATIONS[vectorization]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert env_id in proc.stderr and all(e in proc.stderr for e in offered), proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bench_offers_what_the_scripts_offer():
+    """bench.sh plans a vectorization only on the envs the scripts' VECTORIZATIONS give it."""
+    source = (ROOT / "bench.sh").read_text()
+    for script in GYMNASIUM_SCRIPTS:
+        offered = load(script).VECTORIZATIONS
+        for name, key in (("VECTOR_ENVS", "vector"), ("ENVPOOL_ENVS", "envpool")):
+            line = next(x for x in source.splitlines() if f"{name}=(" in x)
+            listed = line.split(f"{name}=(")[1].split(")")[0].split()
+            assert tuple(listed) == offered[key], (script, name)
+
+
+@pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
+def test_reset_steps_weigh_nothing(script, problem):  # noqa: F811
+    """A minibatch in which a quarter of the rows are reset steps (weight 0, their contents
+    scrambled) gives the loss, statistics and gradients the reference gives for the minibatch
+    of the other rows alone."""
+    weights, (batch, *_) = problem
+    mb = rows(batch, slice(0, MINIBATCH))
+    rng = np.random.default_rng(1)
+    reset = rng.random(MINIBATCH) < 0.25
+    mb["valid"] = (~reset).astype(np.float32)
+    for name, scale in (("obs", 50.0), ("advantages", 1e3), ("returns", 1e3), ("logprobs", 5.0)):
+        mb[name] = np.where(reset.reshape(-1, *[1] * (mb[name].ndim - 1)), scale * rng.normal(size=mb[name].shape),
+                            mb[name]).astype(mb[name].dtype)
+    args = shared_args(script)
+    transitions = {k: v[~reset] for k, v in mb.items() if k != "valid"}
+    expected_loss, expected_stats, expected_grads = ref.loss_and_grads(weights, transitions, args)
+    loss, stats, grads = adapter_for(script)(script, weights, args).loss_and_grads(mb)
+    assert loss == pytest.approx(expected_loss, rel=1e-5, abs=1e-6)
+    for name in ref.LOSS_STATS:
+        assert stats[name] == pytest.approx(expected_stats[name], rel=1e-4, abs=1e-6), name
+    scale = np.abs(ref.flat(expected_grads)).max()
+    for net in ref.NETS:
+        for (g, gb), (e, eb) in zip(grads[net], expected_grads[net]):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6 * scale, err_msg=net)
+            np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6 * scale, err_msg=net)
