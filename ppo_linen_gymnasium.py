@@ -1,13 +1,16 @@
 """PPO with Flax Linen + optax, jax.jit, on Gymnasium environments stepped on the CPU (benchback).
 
 ppo_linen.py with the environments of CleanRL's everyday setup: Gymnasium's
-(MinAtar's for the MinAtar games), NumPy on the host, vectorized with same-step
-autoreset. The rollout can no longer be one lax.scan: it is a Python loop of a
-jitted policy step and a host env step, then one jitted call turns the
-trajectory into the batch (values, log-probs, GAE). The update is ppo_linen.py's.
+(MinAtar's for the MinAtar games), NumPy on the host, stepped by a vector env
+(--vectorization: Gymnasium's Python loop over the envs, Gymnasium's NumPy-vectorized
+CartPole, or EnvPool's C++ threads). The rollout can no longer be one lax.scan:
+it is a Python loop of a jitted policy step and a host env step, then one jitted
+call turns the trajectory into the batch (values, log-probs, GAE). The update is
+ppo_linen.py's, with its means over transitions only (a reset step weighs nothing).
 `diff ppo_linen.py ppo_linen_gymnasium.py` shows what a CPU environment changes.
 
     python ppo_linen_gymnasium.py --env-id Acrobot-v1 --model large
+    python ppo_linen_gymnasium.py --vectorization envpool
     python ppo_linen_gymnasium.py --no-jit   # the same functions without jax.jit
 """
 

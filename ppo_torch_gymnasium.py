@@ -5,7 +5,8 @@ ppo_torch.py with CleanRL's everyday setup: the environments are Gymnasium's
 (--vectorization: Gymnasium's Python loop over the envs, Gymnasium's NumPy-vectorized
 CartPole, or EnvPool's C++ threads). Everything else is ppo_torch.py's, so `diff
 ppo_torch.py ppo_torch_gymnasium.py` shows only what a CPU environment changes: each
-rollout step hands the action to the host and the observation back.
+rollout step hands the action to the host and the observation back, and the loss
+averages over transitions only (a next-step autoreset's reset step weighs nothing).
 
     python ppo_torch_gymnasium.py --env-id Acrobot-v1 --model large
     python ppo_torch_gymnasium.py --vectorization envpool

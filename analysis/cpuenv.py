@@ -9,77 +9,140 @@ import numpy as np
 
 from .envs import env_throughputs
 from .output import color, variant_order
-from .stats import MODELS, models_in, ratio_cell, speedup_table, steady
+from .stats import MODELS, steady
 
-# the speedups a user weighs, as time of A / time of B
-CPU_ENV_PAIRS = [
-    ("torch_gymnasium", "torch", "the environment moved to JAX, PyTorch kept"),
-    ("torch_gymnasium", "linen", "everything moved to JAX"),
-    ("torch_gymnasium", "linen_gymnasium", "the framework alone, CPU env"),
-    ("torch", "linen", "the framework alone, JAX env"),
-    ("linen_gymnasium", "linen", "the environment moved to JAX, Linen kept"),
-]
-CORNERS = ("torch_gymnasium", "torch", "torch_compile", "linen_gymnasium", "linen")
-PARTS = (("whole iteration", "time/iteration"), ("rollout", "time/rollout"), ("update", "time/update"))
+# the ways to step a CPU env (--vectorization) and the JAX env, per framework: the corners
+CORNERS = ("torch_gymnasium", "torch_gymnasium-vector", "torch_gymnasium-envpool", "torch",
+           "linen_gymnasium", "linen_gymnasium-vector", "linen_gymnasium-envpool", "linen")
+# the comparisons a user weighs, as time of A / time of B: an environment's effect is read on the
+# rollout (both sides run the same update code), a framework's on the whole iteration
+ENV_PAIRS = [(f"{fw}_gymnasium{a}", f"{fw}_gymnasium{b}" if b != "jax" else fw, f"{what}, {name} kept")
+             for fw, name in (("torch", "PyTorch"), ("linen", "Linen"))
+             for a, b, what in (("", "-vector", "the NumPy-vectorized env instead of the sync loop"),
+                                ("", "-envpool", "EnvPool instead of the sync loop"),
+                                ("-envpool", "jax", "the JAX env instead of EnvPool"),
+                                ("", "jax", "the JAX env instead of the sync loop"))]
+FRAMEWORK_PAIRS = [("torch_gymnasium", "linen_gymnasium", "the framework alone, sync loop"),
+                   ("torch_gymnasium-vector", "linen_gymnasium-vector", "the framework alone, NumPy-vectorized env"),
+                   ("torch_gymnasium-envpool", "linen_gymnasium-envpool", "the framework alone, EnvPool"),
+                   ("torch", "linen", "the framework alone, JAX env"),
+                   ("torch_gymnasium", "linen", "everything moved to JAX")]
+CPU_ENV_PAIRS = ENV_PAIRS + FRAMEWORK_PAIRS
+PARTS = (("rollout", "time/rollout"), ("update", "time/update"), ("whole iteration", "time/iteration"))
+# the batch and update shapes the experiment runs: the scripts' defaults and CleanRL ppo.py's
+CONFIGS = {(32, 256, 10, 8): "32 envs x 256 steps, 10 epochs x 8", (4, 128, 4, 4): "CleanRL: 4 envs x 128 steps, 4 x 4"}
+
+
+def config_of(run) -> str:
+    a = run.info["args"]
+    shape = (a["num_envs"], a["num_steps"], a["update_epochs"], a["num_minibatches"])
+    return CONFIGS.get(shape, "{} envs x {} steps, {} epochs x {}".format(*shape))
+
+
+def defaults_only(runs):
+    """The runs at the scripts' default batch and update (what every other experiment runs)."""
+    return [r for r in runs if config_of(r) == next(iter(CONFIGS.values()))]
+
+
+def paired(runs, a: str, b: str, tag: str) -> dict[tuple, np.ndarray]:
+    """{(env, config, model): steady time of A / time of B, one ratio per repeat}: runs pair up
+    when they share env, config, model and seed (bench.sh's repeat r runs seed r), and never
+    across devices."""
+    by = defaultdict(dict)
+    for r in runs:
+        if (x := steady(tag)(r)) is not None:
+            by[(r.env_id, config_of(r), r.model, r.seed, r.info.get("device"))][r.variant] = x
+    out = defaultdict(list)
+    for (env, config, model, _, _), times in sorted(by.items()):
+        if a in times and b in times:
+            out[(env, config, model)].append(times[a] / times[b])
+    return {key: np.array(ratios) for key, ratios in out.items()}
+
+
+def median_range(values, ratio=False) -> str:
+    """The median and the range over the repeats behind it: '0.108 (0.0951–0.118, n = 5)' for
+    seconds, '1.23x (1.10–1.40, n = 5)' for a ratio."""
+    values = np.asarray(values, float)
+    show = (lambda x: f"{x:.2f}") if ratio else (lambda x: f"{x:.3g}")
+    unit = "x" if ratio else ""
+    if len(values) == 1:
+        return f"{show(values[0])}{unit} (n = 1)"
+    return f"{show(np.median(values))}{unit} ({show(values.min())}–{show(values.max())}, n = {len(values)})"
 
 
 def plot_cpuenv(runs, variants, out):
-    """Per model: each env's synced iteration split into rollout (dark) and update (light), per variant."""
+    """Per env and config: each corner's synced iteration split into rollout (dark) and update (light)."""
     import matplotlib.pyplot as plt
 
-    models = models_in(runs)
-    envs = sorted({r.env_id for r in runs})
-    fig, axes = plt.subplots(1, len(models), figsize=(max(7, 1.6 * len(envs)) * len(models), 4.8), squeeze=False)
-    width, lowest = 0.8 / len(variants), math.inf
-    for ax, model in zip(axes[0], models):
-        for j, v in enumerate(variants):
-            for i, env in enumerate(envs):
-                sel = [r for r in runs if r.env_id == env and r.variant == v and r.model == model]
-                rollout = [x for x in map(steady("time/rollout"), sel) if x]
-                update = [x for x in map(steady("time/update"), sel) if x]
-                if not rollout or not update:
-                    continue
-                x = i + (j - (len(variants) - 1) / 2) * width
-                lowest = min(lowest, np.median(rollout))
-                ax.bar(x, np.median(rollout), width, color=color(v), label=v if i == 0 else None)
-                ax.bar(x, np.median(update), width, bottom=np.median(rollout), color=color(v), alpha=0.45)
-        ax.set(yscale="log", title=f"{model} model", ylabel="seconds per iteration (rollout dark, update light)")
-        ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right", fontsize=8)
-    for ax in axes[0]:
-        ax.set_ylim(bottom=lowest / 2)  # every rollout bar visible on the log scale
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
-    fig.suptitle("CPU env (Gymnasium) or JAX env (Gymnax): synced, iterations 8..end")
+    groups = sorted({(r.env_id, config_of(r)) for r in runs if r.model == "small"})
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 2, 4.8), squeeze=False)
+    for ax, (env, config) in zip(axes[0], groups):
+        sel = [r for r in runs if (r.env_id, config_of(r), r.model) == (env, config, "small")]
+        shown = [v for v in variants if any(r.variant == v for r in sel)]
+        for j, v in enumerate(shown):
+            rollout = [x for r in sel if r.variant == v and (x := steady("time/rollout")(r))]
+            update = [x for r in sel if r.variant == v and (x := steady("time/update")(r))]
+            ax.bar(j, np.median(rollout), 0.8, color=color(v), label=v)
+            ax.bar(j, np.median(update), 0.8, bottom=np.median(rollout), color=color(v), alpha=0.45)
+            ax.plot([j] * len(rollout), rollout, "k.", ms=3)  # every repeat's rollout
+        ax.set(yscale="log", title=f"{env}\n{config}", ylabel="seconds per iteration (rollout dark, update light)")
+        ax.set_xticks(range(len(shown)), shown, rotation=40, ha="right", fontsize=7)
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    axes[0][-1].legend([handles[v] for v in variants if v in handles], [v for v in variants if v in handles],
+                       fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.suptitle("CPU envs stepped three ways, or the JAX env: synced, small model, iterations 8..end")
     fig.tight_layout()
-    out.chart(fig, "cpuenv_2x2.png", "Each corner's iteration split into rollout (dark) and update (light): "
-              "compare the dark bars for what the environment costs, the light ones for the framework.")
+    out.chart(fig, "cpuenv_2x2.png", "Each corner's iteration split into rollout (dark, dots: each repeat) and "
+              "update (light): compare the dark bars for what the environment costs, the light ones for the "
+              "framework.")
 
 
 def cpuenv_section(runs, out):
     out.heading("CPU environments: is it the framework or the environment?",
-                "`*_gymnasium` variants step the Gymnasium twin of each env on the CPU (NumPy, sync vector env, "
-                "same-step autoreset); the others step Gymnax in JAX. Synced, iterations 8..end.")
+                "The `*_gymnasium` variants step each env's Gymnasium twin on the CPU: `sync` is Gymnasium's "
+                "SyncVectorEnv (a Python loop over the envs, same-step autoreset), `-vector` Gymnasium's "
+                "NumPy-vectorized env and `-envpool` EnvPool's C++ envs (both next-step autoreset, the reset "
+                "step masked out of the loss); the others step Gymnax in JAX. Synced, iterations 8..end; each "
+                "repeat's runs in a shuffled order; ratios pair the runs of one repeat.")
     present = {r.variant for r in runs}
     variants = [v for v in CORNERS if v in present] + variant_order(present - set(CORNERS))
     plot_cpuenv(runs, variants, out)
     rows = []
-    for model in MODELS:
-        for env in sorted({r.env_id for r in runs}):
-            for v in variants:
-                sel = [r for r in runs if r.env_id == env and r.variant == v and r.model == model]
-                if sel:
-                    median = lambda tag: float(np.median([x for x in map(steady(tag), sel) if x] or [math.nan]))
-                    rows.append([env, model, v, len(sel), median("time/iteration"), median("time/rollout"),
-                                 median("time/update")])
-    out.table("Seconds per iteration, median over runs (8..end)",
-              ["env", "model", "variant", "runs", "iteration", "rollout", "update"], rows, block="cpuenv-times")
+    groups = sorted({(r.env_id, config_of(r), r.model) for r in runs}, key=lambda g: (MODELS.index(g[2]), g[0], g[1]))
+    for env, config, model in groups:
+        for v in variants:
+            sel = [r for r in runs if (r.env_id, config_of(r), r.model, r.variant) == (env, config, model, v)]
+            if sel:
+                times = {tag: [x for r in sel if (x := steady(tag)(r))] for _, tag in PARTS}
+                share = np.median(times["time/rollout"]) / np.median(times["time/iteration"])
+                rows.append([env, config, model, v, median_range(times["time/rollout"]),
+                             f"{np.median(times['time/update']):.3g}", f"{np.median(times['time/iteration']):.3g}",
+                             f"{share:.0%}"])
+    out.table("Seconds per iteration: median over repeats (range, n repeats); rollout share of the iteration",
+              ["env", "batch and update", "model", "variant", "rollout", "update", "iteration", "rollout share"],
+              rows, block="cpuenv-times")
     rows = []
     for a, b, what in CPU_ENV_PAIRS:
-        for model in MODELS:
-            cells = [next(iter(speedup_table(runs, steady(tag), [(a, b)], (model,))), None) for _, tag in PARTS]
-            if cells[0]:
-                rows.append([what, f"{a} / {b}", model, *map(ratio_cell, cells)])
-    out.table("The ratios a user weighs (geometric mean over envs)",
-              ["what changes", "time, A / B", "model", *(name for name, _ in PARTS)], rows, block="cpuenv-ratios")
+        cells = {name: paired(runs, a, b, tag) for name, tag in PARTS}
+        for key in sorted(cells["rollout"], key=lambda k: (MODELS.index(k[2]), k[0], k[1])):
+            rows.append([what, f"{a} / {b}", *key, *(median_range(cells[name][key], ratio=True) for name, _ in PARTS)])
+    out.table("Time, A / B, per repeat: median (range, n repeats). An environment's effect: read the rollout; "
+              "a framework's: the whole iteration",
+              ["what changes", "time, A / B", "env", "batch and update", "model", *(name for name, _ in PARTS)], rows,
+              block="cpuenv-ratios")
+
+
+def headline_rows(cpuenv) -> list[list[str]]:
+    """README's CPU-environment lines: on CartPole, small model, the scripts' defaults."""
+    rows = []
+    rollout, iteration = PARTS[0], PARTS[2]
+    for (a, b, what), (name, tag) in [(ENV_PAIRS[1], rollout), (ENV_PAIRS[2], rollout),
+                                      (FRAMEWORK_PAIRS[2], iteration), (FRAMEWORK_PAIRS[4], iteration)]:
+        ratios = paired(defaults_only(cpuenv), a, b, tag).get(("CartPole-v1", next(iter(CONFIGS.values())), "small"))
+        if ratios is not None:
+            rows.append([f"CPU environments, CartPole-v1: {what} ({a} / {b}, {name})",
+                         median_range(ratios, ratio=True)])
+    return rows
 
 
 # ---- env scaling
@@ -102,8 +165,7 @@ def envscale_section(runs, out):
     out.heading("Environment scaling: rollout throughput against the number of environments",
                 "Synced rollout, iterations 1..end; env steps per second (num_envs x num_steps / rollout time), "
                 "one run per point. Grey: the environment alone with random actions (Gymnax in one jitted scan; "
-                "Gymnasium's sync vector env; Gymnasium's NumPy-vectorized CartPole, which autoresets a step late "
-                "and so serves no script), measured once by analyze.py.")
+                "Gymnasium's sync vector env; Gymnasium's NumPy-vectorized CartPole), measured once by analyze.py.")
     envs = sorted({r.env_id for r in runs})
     counts = sorted({r.info["args"]["num_envs"] for r in runs})
     raw = env_throughputs(out.folder, envs, counts)

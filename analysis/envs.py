@@ -80,8 +80,8 @@ def load_script(script: str):
 
 def measure_env_throughput(env_id: str, kind: str, num_envs: int, steps: int = 64) -> float:
     """Env steps per second with random actions and nothing else: Gymnax (one jitted lax.scan),
-    Gymnasium's sync vector env (what the *_gymnasium scripts step), or its NumPy-vectorized
-    CartPole (next-step autoreset, so the scripts cannot learn on it)."""
+    Gymnasium's sync vector env (the *_gymnasium scripts' default), or its NumPy-vectorized
+    CartPole (their --vectorization vector)."""
     if kind == "gymnax":
         return num_envs / measure_env_step(env_id, num_envs, steps)
     import gymnasium as gym

@@ -4,7 +4,7 @@ that README.md shows, generated like every other figure."""
 import json
 from collections import defaultdict
 
-from .cpuenv import CPU_ENV_PAIRS
+from .cpuenv import headline_rows
 from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import color, fmt, variant_order
 from .stats import MODELS, bucket_means, models_in, one_ratio, ratio_cell, steady, total_time
@@ -56,9 +56,7 @@ def headline_section(exp1, cpuenv, out):
                      for v in (REFERENCE, "torch", "torch_compile")
                      if bucket_means(exp1, v, "small")]
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
-    for a, b, what in CPU_ENV_PAIRS[:4]:
-        if row := one_ratio(cpuenv, a, b, STEADY, "small"):
-            rows.append([f"CPU environments: {what} ({a} / {b})", ratio_cell(row)])
+    rows += headline_rows(cpuenv)
     out.table("What else a user weighs (small model)", ["", "measured"], rows, block="headline-more")
     plot_headline(exp1, models, variants, out)
 

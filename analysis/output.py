@@ -16,7 +16,9 @@ VARIANT_COLORS = {
     "nnx_cached": "#d62728", "equinox": "#2ca02c", "equinox-nojit": "#98df8a", "torch": "#9467bd",
     "torch-nojitenv": "#c5b0d5", "torch_compile": "#8c564b", "torch_compile-default": "#c49c94",
     "torch_compile-reduce-overhead": "#e377c2", "torch_compile-max-autotune": "#f7b6d2",
-    "torch_gymnasium": "#17becf", "linen_gymnasium": "#bcbd22", "linen_gymnasium-nojit": "#dbdb8d",
+    "torch_gymnasium": "#17becf", "torch_gymnasium-vector": "#0e7c86", "torch_gymnasium-envpool": "#9edae5",
+    "linen_gymnasium": "#bcbd22", "linen_gymnasium-vector": "#7f7f0f", "linen_gymnasium-envpool": "#e7e78a",
+    "linen_gymnasium-nojit": "#dbdb8d",
 }
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 

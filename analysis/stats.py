@@ -61,16 +61,18 @@ def geomean(x) -> float:
 
 
 def pair_ratios(runs, a: str, b: str, value) -> dict[tuple[str, str], np.ndarray]:
-    """{(env, model): value(run of a) / value(run of b) for every pair of repeats}."""
+    """{(env, model): value(run of a) / value(run of b) for every pair of repeats}; a run is
+    never paired with one made on another device (a GPU's run against a CPU's measures both)."""
     by = defaultdict(lambda: defaultdict(list))
     for r in runs:
         v = value(r)
         if v is not None and v > 0:
-            by[(r.env_id, r.model)][r.variant].append(v)
+            by[(r.env_id, r.model)][r.variant].append((v, r.info.get("device")))
     out = {}
     for key, per_variant in by.items():
-        if per_variant.get(a) and per_variant.get(b):
-            out[key] = np.array([x / y for x in per_variant[a] for y in per_variant[b]])
+        ratios = [x / y for x, dx in per_variant.get(a, []) for y, dy in per_variant.get(b, []) if dx == dy]
+        if ratios:
+            out[key] = np.array(ratios)
     return out
 
 

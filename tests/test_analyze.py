@@ -167,10 +167,10 @@ def test_cpu_env_experiments_by_hand(tmp_path):
     config = "32 envs x 256 steps, 10 epochs x 8"
     for what, pair, cell in (
             ("EnvPool instead of the sync loop, PyTorch kept", "torch_gymnasium / torch_gymnasium-envpool",
-             "2.5 (2–3, n = 2)"),
-            ("the JAX env instead of EnvPool, PyTorch kept", "torch_gymnasium-envpool / torch", "2 (2–2, n = 2)"),
-            ("the framework alone, EnvPool", "torch_gymnasium-envpool / linen_gymnasium-envpool", "2 (2–2, n = 2)"),
-            ("everything moved to JAX", "torch_gymnasium / linen", "8 (8–12, n = 3)")):
+             "2.50x (2.00–3.00, n = 2)"),
+            ("the JAX env instead of EnvPool, PyTorch kept", "torch_gymnasium-envpool / torch", "2.00x (2.00–2.00, n = 2)"),
+            ("the framework alone, EnvPool", "torch_gymnasium-envpool / linen_gymnasium-envpool", "2.00x (2.00–2.00, n = 2)"),
+            ("everything moved to JAX", "torch_gymnasium / linen", "8.00x (8.00–12.00, n = 3)")):
         for env in ("Breakout-MinAtar", "CartPole-v1"):
             assert f"| {what} | {pair} | {env} | {config} | small | {cell} | {cell} | {cell} |" in report
     assert "| CartPole-v1 | linen | 10,240 | 20,480 | 21,558 | 16 |" in report
