@@ -40,7 +40,7 @@ class Report:
     runs: tyro.conf.Positional[tuple[str, ...]] = ("runs",)
     """folders (or archives from `analyze.py archive`) holding run directories, searched recursively"""
     out: str = "results"
-    """where the PNG charts, REPORT.md and the env caches (envtime.json, envscale.json) go"""
+    """where the PNG charts, REPORT.md and the env-complexity cache (envtime.json) go"""
     docs: tuple[str, ...] = ()
     """Markdown files, or folders of them, whose generated blocks to rewrite (e.g. README.md docs)"""
 

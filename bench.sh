@@ -11,7 +11,7 @@ Presets (default: sweep)
   sweep        warm-up, Experiments 1, 2 and 3 (benchback-rl's whole schedule with our variants),
                then the CPU-environment and env-scaling experiments
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
-               10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (53 runs); then
+               10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
   warmup|exp1|exp2|exp3|cpuenv|envscale
                one part of the schedule alone
@@ -25,7 +25,8 @@ Presets (default: sweep)
              in subfolder cleanrl): is it the framework or the environment?
     envscale CartPole-v1 and Breakout-MinAtar x the cpuenv variants x --num-envs 8..2048, small,
              --sync-timing, 128 steps, one epoch of minibatches of 1024, 4 iterations: rollout
-             throughput against the number of environments
+             throughput against the number of environments; and each env alone (env_alone.py:
+             Gymnax, and the CPU twin stepped each way) with the same steps and counts
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -61,6 +62,7 @@ Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool
   linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen_gymnasium-nojit
+  env-gymnax env-sync env-vector env-envpool (env_alone.py: the env alone, no model)
 The plan, in the order it runs, goes to DIR/plan.txt (with its seed) before the first run.
 Failures are logged to DIR/failures.log and the sweep goes on; the exit code is 1 if any
 run failed, 130 if interrupted.
@@ -81,6 +83,7 @@ COMPILE_MODES=(linen-nojit linen nnx-nojit nnx nnx_cached equinox     # Experime
                torch-nojitenv torch torch_compile torch_compile-default)
 CPU_ENV_VARIANTS=(torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool torch                # cpuenv and
                   linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen)                # envscale
+ENV_ALONE=(env-gymnax env-sync env-vector env-envpool)  # envscale: each env alone, stepped each way
 VECTOR_ENVS=(CartPole-v1) ENVPOOL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0)  # the scripts' VECTORIZATIONS
 CLEANRL_ARGS="--num-envs,4,--num-steps,128,--num-minibatches,4,--update-epochs,4"  # CleanRL ppo.py's defaults
 ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envscale
@@ -106,6 +109,7 @@ variant_command() {
     linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
     linen_gymnasium-vector|linen_gymnasium-envpool) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
+    env-gymnax|env-sync|env-vector|env-envpool) echo "env_alone.py --backend ${1#env-}" ;;
     *) return 1 ;;
   esac
 }
@@ -209,12 +213,12 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
     envs=("${env_filter[@]}")
   fi
   if [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
-  if [[ ${#model_filter[@]} -gt 0 && $exp != warmup ]]; then
+  if [[ ${#model_filter[@]} -gt 0 && $exp != warmup && ${models[*]} != none ]]; then
     local kept=(); for m in "${model_filter[@]}"; do contains "$m" "${models[@]}" && kept+=("$m"); done
     models=("${kept[@]}")
   fi
   for env in "${envs[@]}"; do for variant in "${variants[@]}"; do for model in "${models[@]}"; do
-    offers "$variant" "$env" && plan+=("$exp $r $env $variant $model $sync $sub $args")
+    if offers "$variant" "$env"; then plan+=("$exp $r $env $variant $model $sync $sub $args"); fi
   done; done; done
 }
 # Fisher-Yates over plan[first..end], from a linear congruential generator seeded by a checksum
@@ -260,6 +264,8 @@ for r in $(seq 1 "$repeats"); do
         for n in "${counts[@]}"; do
           add envscale "$r" sync "envs$n" "--num-envs,$n,--num-steps,128,--num-minibatches,$((n / 8)),--update-epochs,1,--num-iterations,4" \
             "${scale_envs[@]}" -- "${CPU_ENV_VARIANTS[@]}" -- small
+          add envscale "$r" async "envs$n" "--num-envs,$n,--num-steps,128,--num-iterations,4" \
+            "${scale_envs[@]}" -- "${ENV_ALONE[@]}" -- none
         done ;;
     esac
   done
@@ -313,7 +319,9 @@ command_of() {
   read -ra script <<<"$(variant_command "$variant")"
   slot="$out/$exp/r$r"
   [[ $sub == - ]] || slot="$slot/$sub"
-  cmd=("$PYTHON" "${script[@]}" --env-id "$env" --model "$model" --seed "$r" --log-dir "$slot")
+  local model_args=(--model "$model")
+  [[ $model == none ]] && model_args=()  # env_alone.py: the env alone has no model
+  cmd=("$PYTHON" "${script[@]}" --env-id "$env" "${model_args[@]}" --seed "$r" --log-dir "$slot")
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
   [[ -n $iterations && $exp != envscale ]] && cmd+=(--num-iterations "$iterations")  # envscale keeps its 4

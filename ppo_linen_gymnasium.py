@@ -454,7 +454,7 @@ def update(train_state: TrainState, batch: Batch, shuffle_key, args: Args):
 # %% training loop with logging
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "envpool", "torch"):
         try:
             found[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -445,7 +445,7 @@ def update(agent: ActorCritic, optimizer, batch: Batch, iteration: int, args: Ar
 # %% training loop with logging
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "envpool", "torch"):
         try:
             found[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -7,7 +7,6 @@ from collections import defaultdict
 
 import numpy as np
 
-from .envs import env_throughputs
 from .output import color, variant_order
 from .stats import MODELS, steady
 
@@ -159,33 +158,34 @@ def saturation(points: dict[int, float]) -> int:
     return min(n for n, x in points.items() if x >= 0.9 * best)
 
 
+ENV_ALONE_STYLES = {"env-gymnax": "--", "env-sync": ":", "env-vector": "-.", "env-envpool": (0, (5, 1, 1, 1, 1, 1))}
+
+
 def envscale_section(runs, out):
     import matplotlib.pyplot as plt
 
     out.heading("Environment scaling: rollout throughput against the number of environments",
                 "Synced rollout, iterations 1..end; env steps per second (num_envs x num_steps / rollout time), "
-                "one run per point. Grey: the environment alone with random actions (Gymnax in one jitted scan; "
-                "Gymnasium's sync vector env; Gymnasium's NumPy-vectorized CartPole), measured once by analyze.py.")
+                "one run per point. Grey (env-...): the environment alone with uniform random actions, run by "
+                "bench.sh like the scripts (env_alone.py: the scripts' own env helpers, the same steps, Gymnax in "
+                "one jitted scan, the CPU twin stepped each --vectorization way).")
     envs = sorted({r.env_id for r in runs})
     counts = sorted({r.info["args"]["num_envs"] for r in runs})
-    raw = env_throughputs(out.folder, envs, counts)
     fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs) + 2, 4.8), squeeze=False)
     rows = []
     for ax, env in zip(axes[0], envs):
-        for v in variant_order({r.variant for r in runs if r.env_id == env}):
+        present = {r.variant for r in runs if r.env_id == env}
+        alone = [v for v in ENV_ALONE_STYLES if v in present]
+        for v in variant_order(present - set(alone)) + alone:
             per_count = defaultdict(list)
             for r in runs:
                 if r.env_id == env and r.variant == v and (x := rollout_throughput(r)):
                     per_count[r.info["args"]["num_envs"]].append(x)
             points = {n: float(np.median(xs)) for n, xs in sorted(per_count.items())}
             if points:
-                ax.plot(list(points), list(points.values()), marker="o", color=color(v), label=v)
+                style = dict(ls=ENV_ALONE_STYLES[v], color="grey") if v in alone else dict(marker="o", color=color(v))
+                ax.plot(list(points), list(points.values()), label=v, **style)
                 rows.append([env, v, *(points.get(n) for n in counts), saturation(points)])
-        for kind, style in (("gymnax", "--"), ("gymnasium", ":"), ("gymnasium-numpy", "-.")):
-            points = {n: raw[f"{env}|{kind}|{n}"] for n in counts if f"{env}|{kind}|{n}" in raw}
-            if points:
-                ax.plot(list(points), list(points.values()), ls=style, color="grey", label=f"{kind} env alone")
-                rows.append([env, f"({kind} env alone)", *(points.get(n) for n in counts), saturation(points)])
         ax.set(xscale="log", yscale="log", title=env, xlabel="num_envs", ylabel="env steps per second")
         ax.set_xticks(counts, [str(n) for n in counts], minor=False)
         ax.xaxis.set_minor_locator(plt.NullLocator())

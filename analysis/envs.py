@@ -1,9 +1,8 @@
 """The environments alone, with random actions: each env's step time (the x axis of 'env
-complexity') and its throughput at several env counts (the grey lines of the env-scaling
-chart). Measured on first use and cached as JSON beside the report, so a committed report
-never measures again."""
+complexity'). Measured on first use and cached as JSON beside the report, so a committed
+report never measures again. (The env-scaling chart's env-alone lines are runs of
+env_alone.py that bench.sh makes, like every other run.)"""
 
-import importlib.util
 import json
 import math
 import time
@@ -70,52 +69,3 @@ def complexity(times: dict[str, float]) -> dict[str, float]:
     fastest = min(times.values())
     return {e: t / fastest for e, t in times.items()}
 
-
-def load_script(script: str):
-    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), Path(__file__).parent.parent / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def measure_env_throughput(env_id: str, kind: str, num_envs: int, steps: int = 64) -> float:
-    """Env steps per second with random actions and nothing else: Gymnax (one jitted lax.scan),
-    Gymnasium's sync vector env (the *_gymnasium scripts' default), or its NumPy-vectorized
-    CartPole (their --vectorization vector)."""
-    if kind == "gymnax":
-        return num_envs / measure_env_step(env_id, num_envs, steps)
-    import gymnasium as gym
-
-    twin = load_script("ppo_torch_gymnasium.py")
-    if kind == "gymnasium":
-        envs = twin.make_env(env_id, num_envs)
-    else:
-        envs = gym.make_vec(twin.TWINS[env_id][0], num_envs, vectorization_mode="vector_entry_point")
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, envs.single_action_space.n, (steps, num_envs))
-    envs.reset(seed=0)
-    for a in actions[:8]:
-        envs.step(a)
-    best = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        for a in actions:
-            envs.step(a)
-        best = min(best, time.perf_counter() - start)
-    envs.close()
-    return num_envs * steps / best
-
-
-def env_throughputs(out: Path, env_ids, counts) -> dict[str, float]:
-    """{"env|kind|n": steps per second} from OUT/envscale.json, measuring (and caching) what it lacks."""
-    cache_file = out / "envscale.json"
-    cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
-    kinds = lambda env: ("gymnax", "gymnasium") + (("gymnasium-numpy",) if env == "CartPole-v1" else ())
-    wanted = [(e, k, n) for e in env_ids for k in kinds(e) for n in counts]
-    missing = [w for w in wanted if "|".join(map(str, w)) not in cache]
-    for env_id, kind, n in missing:
-        console.print(f"measuring the throughput of {kind} {env_id} with {n} envs ...")
-        cache["|".join((env_id, kind, str(n)))] = measure_env_throughput(env_id, kind, n)
-    if missing:
-        cache_file.write_text(json.dumps(cache, indent=2, sort_keys=True))
-    return cache

@@ -159,9 +159,17 @@ class Linen(Adapter):
         return results
 
     def jitted_rollout(self, env, env_params):
-        """rollout() jitted as ppo_linen.py jits it (the NNX and Equinox adapters run it un-jitted)."""
+        """rollout() jitted as the script jits it: jax.jit, nnx.jit or eqx.filter_jit."""
         rollout = partial(self.m.rollout, env=env, env_params=env_params, args=self.args)
-        return self.jax.jit(rollout) if type(self) is Linen else rollout
+        if isinstance(self, Equinox):
+            import equinox as eqx
+
+            return eqx.filter_jit(rollout)
+        if isinstance(self, NNX):
+            from flax import nnx
+
+            return nnx.jit(rollout)
+        return self.jax.jit(rollout)
 
 
 class NNX(Linen):

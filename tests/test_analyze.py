@@ -17,7 +17,7 @@ SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", 
 
 
 def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, device="cpu",
-             **args):
+             rollout_only=False, **args):
     """A run directory as the scripts write it, with the given durations (and arguments)."""
     from tensorboard.summary import Writer
 
@@ -38,7 +38,9 @@ def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False
         writer.add_scalar("time/iteration", seconds, step, wall_time=1000.0 + sum(iterations[: i + 1]))
         writer.add_scalar("charts/episodic_return", final_return * (i + 1) / len(iterations), step,
                           wall_time=1000.0 + sum(iterations[: i + 1]))
-        if synced:
+        if rollout_only:  # env_alone.py: every iteration is a rollout
+            writer.add_scalar("time/rollout", seconds, step)
+        elif synced:
             writer.add_scalar("time/rollout", seconds / 4, step)
             writer.add_scalar("time/update", seconds * 3 / 4, step)
     writer.close()
@@ -147,17 +149,18 @@ def test_cpu_env_experiments_by_hand(tmp_path):
     for n, seconds in ((8, 0.4), (16, 0.4), (32, 0.76)):
         fake_run(runs_dir / "envscale" / "r1" / f"envs{n}", "linen", "CartPole-v1", "small", 1, 10.0,
                  [4.0, seconds, seconds, seconds], synced=True, num_envs=n, num_steps=128)
+    # the env alone (env_alone.py's runs): rollouts of 0.05 s for 8 envs and 16, 0.08 s for 32
+    for n, seconds in ((8, 0.05), (16, 0.05), (32, 0.08)):
+        fake_run(runs_dir / "envscale" / "r1" / f"envs{n}", "env-vector", "CartPole-v1", "none", 1, 1.0,
+                 [1.0, seconds, seconds, seconds], synced=True, rollout_only=True, num_envs=n, num_steps=128)
     out.mkdir()
     (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Breakout-MinAtar": 2e-5}))
-    raw = {f"CartPole-v1|{kind}|{n}": 1000.0 * n for kind in ("gymnax", "gymnasium", "gymnasium-numpy")
-           for n in (8, 16, 32)}
-    (out / "envscale.json").write_text(json.dumps(raw))  # the env-alone lines, without measuring
 
     loaded, _ = runs.find_runs([str(runs_dir)])
     assert {r.experiment for r in loaded} == {"cpuenv", "envscale"}
     envscale = [r for r in loaded if r.experiment == "envscale"]
-    assert sorted(cpuenv.rollout_throughput(r) for r in envscale) == pytest.approx([8 * 128 / 0.1, 16 * 128 / 0.1,
-                                                                                     32 * 128 / 0.19])
+    assert sorted(cpuenv.rollout_throughput(r) for r in envscale if r.variant == "linen") == \
+        pytest.approx([8 * 128 / 0.1, 16 * 128 / 0.1, 32 * 128 / 0.19])
     assert cpuenv.saturation({8: 10.0, 16: 19.0, 32: 20.0, 64: 20.5}) == 16
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
@@ -174,6 +177,7 @@ def test_cpu_env_experiments_by_hand(tmp_path):
         for env in ("Breakout-MinAtar", "CartPole-v1"):
             assert f"| {what} | {pair} | {env} | {config} | small | {cell} | {cell} | {cell} |" in report
     assert "| CartPole-v1 | linen | 10,240 | 20,480 | 21,558 | 16 |" in report
+    assert "| CartPole-v1 | env-vector | 20,480 | 40,960 | 51,200 | 32 |" in report
     for chart in ("cpuenv_2x2", "envscale"):
         assert (out / f"{chart}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({chart}.png)" in report
 

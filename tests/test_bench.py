@@ -38,10 +38,12 @@ def test_full_schedule():
     # exp3: Acrobot x 10 modes x 3 sizes -- benchback-rl's 231 runs per repeat, with our variants added;
     # cpuenv: the 7 envs with a CPU twin x {torch, linen} x (the JAX env, sync, and vector on CartPole,
     # envpool on the 3 classic-control envs) x 2 sizes x 2 batch shapes = (8 + 2 * 6 + 4 * 4) x 4;
-    # envscale: (CartPole's 8 + Breakout's 4 variants) x 9 counts
+    # envscale: (CartPole's 8 + Breakout's 4 variants, and each env alone: CartPole 4 ways, Breakout 2)
+    # x 9 counts
     assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 144,
-                                     "envscale": 108}
-    assert all("--sync-timing" in line for line in lines if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")))
+                                     "envscale": (8 + 4 + 4 + 2) * 9}
+    assert all("--sync-timing" in line for line in lines
+               if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")) and "env_alone.py" not in line)
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
     assert len(set(lines)) == len(lines)
     assert "python ppo_torch.py --no-jit-env --env-id Freeway-MinAtar --model small --seed 1 " \
@@ -50,6 +52,10 @@ def test_full_schedule():
 
 def test_envscale_keeps_the_minibatch_and_a_folder_per_count():
     lines = planned("envscale", "--iterations", "50")
+    alone = [line for line in lines if "env_alone.py" in line]
+    assert len(alone) == (4 + 2) * 9 and all(line.endswith("--num-steps 128 --num-iterations 4") for line in alone)
+    assert not any("--model" in line or "--sync-timing" in line for line in alone)  # the env alone: no model
+    lines = [line for line in lines if line not in alone]
     assert len(lines) == (8 + 4) * 9
     for n in (8, 64, 2048):
         mine = [line for line in lines if f"--num-envs {n} " in line]
@@ -116,7 +122,7 @@ def test_the_plan_file_records_the_order_and_its_seed(tmp_path):
 
 def test_filters():
     assert per_experiment(planned("sweep", "--envs", "CartPole-v1,Acrobot-v1", "--models", "small")) == \
-        {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": (8 + 6) * 2, "envscale": (8 + 6) * 9}
+        {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": (8 + 6) * 2, "envscale": (8 + 6 + 4 + 3) * 9}
     lines = planned("exp2", "--variants", "linen,torch_compile")
     assert len(lines) == 24 and all("ppo_linen.py" in x or "ppo_torch_compile.py" in x for x in lines)
     assert len(planned("exp1", "--envs", "extra", "--models", "large")) == 7 * 6

@@ -8,8 +8,12 @@ import pytest
 from helpers import SCRIPTS, read_json, run_ok
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_learns_cartpole_with_defaults(script, tmp_path):
-    summary = read_json(run_ok(script, log_dir=tmp_path) / "summary.json")
+CASES = [(s, ()) for s in SCRIPTS] + [("ppo_torch_gymnasium.py", ("--vectorization", way)) for way in ("vector", "envpool")]
+
+
+@pytest.mark.parametrize("script,toggles", CASES, ids=[" ".join((s, *t)) for s, t in CASES])
+def test_learns_cartpole_with_defaults(script, toggles, tmp_path):
+    """(The CPU-env torch script also with each next-step vectorization: its masked reset steps.)"""
+    summary = read_json(run_ok(script, *toggles, log_dir=tmp_path) / "summary.json")
     assert summary["num_iterations"] == 100 and summary["env_id"] == "CartPole-v1"
     assert summary["charts/episodic_return_final"] >= 400, summary

@@ -25,13 +25,13 @@ def flatten(obs):
     return np.asarray(obs, np.float32).reshape(-1)
 
 
-def gymnax_envs():
-    """Gymnax's CartPole, each env stepped alone with the scripts' key stream: the env key is split
-    once for the reset and once per step, then into one key per env."""
-    import gymnax
+def gymnax_envs(script):
+    """Gymnax's CartPole, made by the script's own make_env, each env stepped alone with the
+    scripts' key stream: the env key is split once for the reset and once per step, then into
+    one key per env."""
     import jax
 
-    env, env_params = gymnax.make("CartPole-v1")
+    env, env_params = load(script).make_env("CartPole-v1")
     env_params = env_params.replace(max_steps_in_episode=TIME_LIMIT)
     env_key = jax.random.key(3)
     key, reset_key = jax.random.split(env_key)
@@ -126,7 +126,7 @@ def test_rollout_matches_step_by_step_reference(script, env_id, policy):
     import jax
 
     args = dataclasses.replace(load(script).Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
-    env_inputs, first_obs, step = gymnasium_envs(script, env_id) if script in GYMNASIUM_SCRIPTS else gymnax_envs()
+    env_inputs, first_obs, step = gymnasium_envs(script, env_id) if script in GYMNASIUM_SCRIPTS else gymnax_envs(script)
     num_actions = env_inputs[0].single_action_space.n if script in GYMNASIUM_SCRIPTS else 2
     weights = ref.random_weights(np.random.default_rng(2), len(first_obs[0]), (64, 64), num_actions)
     if policy == "sharp":

@@ -4,6 +4,9 @@ next-step autoreset puts into the batch weighs nothing in the loss (the loss of 
 such steps is the reference's loss of the batch without them). tests/test_rollout.py proves
 what each vectorization collects; tests/test_twins.py that EnvPool's envs are the same envs."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import reference as ref
@@ -16,27 +19,38 @@ AUTORESET = {"sync": "SameStep", "vector": "NextStep", "envpool": "NextStep"}
 
 @pytest.mark.parametrize("vectorization", AUTORESET)
 @pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
-def test_run_records_the_envs_autoreset_mode(script, vectorization, tmp_path):
-    m = load(script)
-    envs = m.make_env("CartPole-v1", 2, vectorization, seed=0)
-    reported = envs.metadata["autoreset_mode"].value
+def test_each_way_reports_its_autoreset_mode(script, vectorization):
+    envs = load(script).make_env("CartPole-v1", 2, vectorization, seed=0)
+    assert envs.metadata["autoreset_mode"].value == AUTORESET[vectorization]
     envs.close()
-    assert reported == AUTORESET[vectorization]
+
+
+@pytest.mark.parametrize("vectorization", AUTORESET)
+def test_run_records_the_envs_autoreset_mode(vectorization, tmp_path):
+    """run.json's autoreset mode is the one the env reports (one script: the code is the same in both)."""
+    script = GYMNASIUM_SCRIPTS[-1]
     run_dir = run_ok(script, *TINY, "--num-iterations", "1", "--vectorization", vectorization, log_dir=tmp_path)
     info = read_json(run_dir / "run.json")
-    assert info["env"] == {"id": "CartPole-v1", "vectorization": vectorization, "autoreset": reported}
+    assert info["env"] == {"id": "CartPole-v1", "vectorization": vectorization, "autoreset": AUTORESET[vectorization]}
     suffix = "" if vectorization == "sync" else f"-{vectorization}"
     assert info["variant"] == script[4:-3] + suffix and run_dir.name.split("__")[1] == info["variant"]
 
 
 @pytest.mark.parametrize("vectorization,env_id", [("vector", "Acrobot-v1"), ("envpool", "Breakout-MinAtar")])
 @pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
-def test_env_a_vectorization_does_not_offer_is_refused(script, vectorization, env_id, tmp_path):
-    proc = run(script, "--vectorization", vectorization, "--env-id", env_id, log_dir=tmp_path / "runs")
-    offered = load(script).VECTORIZATIONS[vectorization]
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert env_id in proc.stderr and all(e in proc.stderr for e in offered), proc.stderr
+def test_env_a_vectorization_does_not_offer_is_refused(script, vectorization, env_id, capsys):
+    m = load(script)
+    with pytest.raises(SystemExit) as exit_:
+        m.make_env(env_id, 2, vectorization)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert env_id in err and all(e in err for e in m.VECTORIZATIONS[vectorization]), err
+
+
+def test_refused_before_anything_is_written(tmp_path):
+    proc = run(GYMNASIUM_SCRIPTS[-1], "--vectorization", "envpool", "--env-id", "Breakout-MinAtar",
+               log_dir=tmp_path / "runs")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "runs").exists()
 
 
@@ -76,3 +90,27 @@ def test_reset_steps_weigh_nothing(script, problem):  # noqa: F811
         for (g, gb), (e, eb) in zip(grads[net], expected_grads[net]):
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6 * scale, err_msg=net)
             np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6 * scale, err_msg=net)
+
+
+@pytest.mark.parametrize("backend", ["gymnax", "sync", "vector", "envpool"])
+def test_env_alone_writes_a_run_the_analysis_reads(backend, tmp_path):
+    """env_alone.py, the env-scaling chart's env-alone lines: a run directory like the scripts'
+    (run.json, summary.json, one time/rollout per iteration) that analyze.py loads."""
+    from analysis import cpuenv, runs
+
+    proc = subprocess.run([sys.executable, str(ROOT / "env_alone.py"), "--backend", backend, "--num-envs", "8",
+                           "--num-steps", "16", "--num-iterations", "3", "--log-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = tmp_path.iterdir()
+    run = runs.load_run(run_dir)
+    assert (run.variant, run.env_id, run.model) == (f"env-{backend}", "CartPole-v1", "none")
+    assert len(run.series("time/rollout")[1]) == 3 and cpuenv.rollout_throughput(run) > 0
+
+
+def test_env_alone_refuses_what_a_backend_does_not_offer(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "env_alone.py"), "--backend", "envpool", "--env-id",
+                           "Breakout-MinAtar", "--log-dir", str(tmp_path / "runs")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "CartPole-v1" in proc.stderr and not (tmp_path / "runs").exists()

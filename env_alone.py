@@ -1,0 +1,124 @@
+"""The environments alone: each rollout's env steps with random actions and no policy (benchback).
+
+What the env-scaling experiment draws as the env-alone lines, measured the way the scripts
+measure their rollouts: a fresh process run by bench.sh, the scripts' own env helpers
+(`make_env`/`env_reset`/`env_step` of ppo_linen.py for Gymnax, of ppo_torch_gymnasium.py for
+the CPU twins), num_steps steps of num_envs envs per iteration, each iteration timed and
+logged as time/rollout, iteration 0 (compilation, warm-up) left out by the analysis.
+
+    python env_alone.py --backend vector --env-id CartPole-v1 --num-envs 512
+"""
+
+import time
+
+START_TIME = time.time()
+
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tyro
+from tensorboard.summary import Writer
+
+ROOT = Path(__file__).resolve().parent
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id (its CPU twin for the Gymnasium backends)"""
+    backend: Literal["gymnax", "sync", "vector", "envpool"] = "sync"
+    """gymnax: vmapped Gymnax in one jitted lax.scan per rollout; sync, vector, envpool: the CPU twin, stepped as --vectorization steps it"""
+    num_envs: int = 32
+    """parallel environments"""
+    num_steps: int = 128
+    """steps per environment in one rollout"""
+    num_iterations: int = 4
+    """rollouts, each timed"""
+    seed: int = 1
+    """seeds the environments and the random actions"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+
+
+def script(name: str):
+    """One of the PPO scripts as a module: its env helpers are what is measured."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def gymnax_rollouts(m, args: Args):
+    """Rollout times: one jitted scan of ppo_linen.py's env_step with uniform random actions."""
+    import jax
+
+    env, env_params = m.make_env(args.env_id)
+    num_actions = env.action_space(env_params).n
+
+    @jax.jit
+    def rollout(state, key):
+        def step(state, key):
+            action = jax.random.randint(key, (args.num_envs,), 0, num_actions)
+            return m.env_step(state, action, env, env_params, args.num_envs)
+
+        state, out = jax.lax.scan(step, state, jax.random.split(key, args.num_steps))
+        return state, out.reward.sum() + out.obs.sum()  # everything computed reaches the output
+
+    _, state = m.env_reset(jax.random.key(args.seed), env, env_params, args.num_envs)
+    key = jax.random.key(args.seed + 1)
+    while True:
+        key, rollout_key = jax.random.split(key)
+        start = time.perf_counter()
+        state, total = jax.block_until_ready(rollout(state, rollout_key))
+        yield time.perf_counter() - start
+
+
+def cpu_rollouts(m, args: Args):
+    """Rollout times: ppo_torch_gymnasium.py's host loop of env_step with uniform random actions."""
+    envs = m.make_env(args.env_id, args.num_envs, args.backend, args.seed)
+    _, state = m.env_reset(envs, args.seed)
+    rng = np.random.default_rng(args.seed)
+    while True:
+        actions = rng.integers(0, envs.single_action_space.n, (args.num_steps, args.num_envs), dtype=np.int32)
+        start = time.perf_counter()
+        for action in actions:
+            state, _ = m.env_step(envs, state, action)
+        yield time.perf_counter() - start
+
+
+def main():
+    args = tyro.cli(Args)
+    for name in ("num_envs", "num_steps", "num_iterations"):
+        if getattr(args, name) < 1:
+            print(f"error: {name} must be a positive integer, got {getattr(args, name)}", file=sys.stderr)
+            sys.exit(2)
+    m = script("ppo_linen.py" if args.backend == "gymnax" else "ppo_torch_gymnasium.py")
+    rollouts = (gymnax_rollouts if args.backend == "gymnax" else cpu_rollouts)(m, args)
+    times = [next(rollouts)]  # an env the backend does not offer exits 2 here, before anything is written
+    variant = f"env-{args.backend}"
+    run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__none__s{args.seed}__{int(time.time() * 1000)}")
+    os.makedirs(run_dir)
+    info = {"args": {**asdict(args), "sync_timing": True, "model": "none"}, "variant": variant,
+            "versions": m.versions(), "device": "cpu", "cpu": m.cpu_model(), "start_time": START_TIME}
+    Path(run_dir, "run.json").write_text(json.dumps(info, indent=2))
+    times += [next(rollouts) for _ in range(args.num_iterations - 1)]
+    writer = Writer(run_dir)
+    for i, seconds in enumerate(times):
+        for tag in ("time/iteration", "time/rollout"):
+            writer.add_scalar(tag, seconds, (i + 1) * args.num_envs * args.num_steps)
+    writer.close()
+    summary = {"variant": variant, "env_id": args.env_id, "model": "none", "seed": args.seed,
+               "num_iterations": args.num_iterations, "time/total": time.time() - START_TIME,
+               "env_steps_per_second": args.num_envs * args.num_steps / float(np.mean(times[1:] or times))}
+    Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"{run_dir}: {summary['env_steps_per_second']:,.0f} env steps per second")
+
+
+if __name__ == "__main__":
+    main()
