@@ -579,6 +579,7 @@ RANGES = {  # every numeric argument's valid values, checked before anything is 
     "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
     ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
     "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
 }
 
 

@@ -183,6 +183,7 @@ RANGES = {
     "num_envs": ([0, -4], [1]),
     "num_iterations": ([-1], [0, 1]),
     "eval_episodes": ([-1], [0, 3]),
+    "seed": ([-1, 2**31, 2**40], [0, 2**31 - 1]),  # JAX's jitted key takes an int32; Gymnasium no negatives
 }
 
 

@@ -1,0 +1,640 @@
+"""PPO with Flax Linen + optax, N agents in one process with jax.vmap (benchback).
+
+ppo_linen.py, trained for num_agents seeds at once, PureJaxRL style: the same
+per-agent functions (rollout, GAE, update) run under jax.vmap over a leading
+agent axis of the parameters, the optimizer state, the environments and the
+keys, and jax.jit compiles the batch of agents as one program. Agent i is seeded
+seed + i and computes what `ppo_linen.py --seed seed+i` computes: vmap keeps
+every gradient, clip, normalization and Adam state per agent.
+
+    python ppo_linen_agents.py --num-agents 16 --env-id Breakout-MinAtar
+    python ppo_linen_agents.py --no-jit   # the same functions without the top-level jit
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: time/startup counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+import flax.linen as nn
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax import serialization
+from flax.training.train_state import TrainState
+from gymnax.environments import spaces
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id (discrete actions, Box observations)"""
+    model: Literal["small", "medium", "large"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    num_envs: int = 32
+    """parallel environments"""
+    num_steps: int = 256
+    """steps per environment in one rollout (batch = num_envs * num_steps)"""
+    num_minibatches: int = 8
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """passes over the batch per update"""
+    num_iterations: int = 100
+    """iterations, each one rollout and one update"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    clip_coef: float = 0.2
+    """surrogate (and value) clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss as PPO's original code does"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient norm clip"""
+    adam_eps: float = 1e-5
+    """Adam epsilon"""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas"""
+    bootstrap_truncation: bool = True
+    """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
+    seed: int = 1
+    """one seed drives init, environments, actions and shuffling"""
+    sync_timing: bool = False
+    """block around rollout and update to time them (time/rollout, time/update)"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the trained actor-critic and its optimizer state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
+    jit: bool = True
+    """wrap rollout and update in jax.jit (--no-jit: benchback-rl's "none", each lax.scan compiles per call)"""
+    num_agents: int = 8
+    """agents trained at once, agent i with seed + i (each its own weights, optimizer, envs and keys)"""
+
+
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+
+
+def variant_name(args: Args) -> str:
+    return "linen_agents" if args.jit else "linen_agents-nojit"
+
+
+# %% environment helpers
+NEEDS_DOWNLOAD = ("MNISTBandit-bsuite",)  # fetches its data set when constructed
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def unsupported(env, env_params) -> str | None:
+    """Why this PPO (discrete actions, Box observations) cannot run the env, or None."""
+    if not isinstance(env.action_space(env_params), spaces.Discrete):
+        return "continuous actions (this PPO needs discrete actions)"
+    if not isinstance(env.observation_space(env_params), spaces.Box):
+        return f"{type(env.observation_space(env_params)).__name__} observations (this PPO needs Box observations)"
+    return None
+
+
+def supported_env_ids() -> list[str]:
+    ids = [e for e in gymnax.registered_envs if e not in NEEDS_DOWNLOAD]
+    return [e for e in ids if not unsupported(*gymnax.make(e))]
+
+
+def make_env(env_id: str):
+    """The Gymnax env and its params, or exit 2 if this benchmark cannot run it."""
+    if env_id not in gymnax.registered_envs or env_id in NEEDS_DOWNLOAD:
+        why = "needs a network download" if env_id in NEEDS_DOWNLOAD else "is not a Gymnax env id"
+        fail(f"env_id {env_id!r} {why}; supported: {', '.join(supported_env_ids())}")
+    env, env_params = gymnax.make(env_id)
+    if why := unsupported(env, env_params):
+        fail(f"env_id {env_id!r} has {why}; supported: {', '.join(supported_env_ids())}")
+    return env, env_params
+
+
+class EnvState(NamedTuple):
+    key: jax.Array  # the environments' own random stream
+    env: object  # the Gymnax state of every env
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class EnvStep(NamedTuple):
+    obs: jax.Array  # after auto-reset
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # before auto-reset: what a truncated step bootstraps from
+    episode_return: jax.Array  # return of the episode that ended here, else 0
+    episode_length: jax.Array
+
+
+def flatten_obs(obs, num_envs):
+    return obs.reshape(num_envs, -1).astype(jnp.float32)  # MinAtar grids -> vectors
+
+
+def env_reset(key, env, env_params, num_envs):
+    key, reset_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    # Gymnax builds some state fields from Python numbers (weakly typed) and a step returns them
+    # strongly typed: without this, jit would compile the rollout again on its second call.
+    state = jax.tree.map(lambda x: x.astype(x.dtype), state)
+    return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+
+
+def env_step(state: EnvState, action, env, env_params, num_envs):
+    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+    key, step_key = jax.random.split(state.key)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(
+        env.step, in_axes=(0, 0, 0, None)
+    )(jax.random.split(step_key, num_envs), state.env, action, env_params)
+    reward = reward.astype(jnp.float32)
+    done = terminated | truncated
+    episode_return = state.episode_return + reward
+    episode_length = state.episode_length + 1
+    step = EnvStep(
+        flatten_obs(obs, num_envs), reward, terminated, truncated,
+        flatten_obs(info["final_observation"], num_envs),
+        jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0),
+    )
+    state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length))
+    return state, step
+
+
+# %% model
+class MLP(nn.Module):
+    hidden: tuple[int, ...]
+    out_dim: int
+    out_scale: float  # orthogonal gain of the output layer
+
+    @nn.compact
+    def __call__(self, x):
+        zeros = nn.initializers.zeros
+        for width in self.hidden:
+            x = nn.tanh(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), bias_init=zeros)(x))
+        return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale), bias_init=zeros)(x)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+
+    hidden: tuple[int, ...]
+    num_actions: int
+
+    def setup(self):
+        self.actor = MLP(self.hidden, self.num_actions, 0.01)
+        self.critic = MLP(self.hidden, 1, 1.0)
+
+    def __call__(self, obs):
+        return self.actor(obs), self.critic(obs)[..., 0]
+
+    def logits(self, obs):
+        return self.actor(obs)
+
+    def value(self, obs):
+        return self.critic(obs)[..., 0]
+
+
+def make_train_state(key, obs_dim, num_actions, args: Args) -> TrainState:
+    model = ActorCritic(MODELS[args.model], num_actions)
+    params = model.init(key, jnp.zeros((1, obs_dim), jnp.float32))
+    total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
+    tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(args.learning_rate, 0.0, total_steps),
+                                             b1=args.adam_betas[0], b2=args.adam_betas[1], eps=args.adam_eps),
+    )
+    return TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+
+
+# saving and loading: Flax's msgpack of the train state, with what it fits
+MODEL_FILE, SAVED_BY = "model.msgpack", "ppo_linen_agents.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, train_state: TrainState, args: Args) -> str:
+    """The actor-critic's weights and the optimizer's state, which a later run can start from."""
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id, "num_agents": args.num_agents}
+    with open(os.path.join(run_dir, MODEL_FILE), "wb") as f:
+        f.write(serialization.msgpack_serialize({"meta": meta, "state": serialization.to_state_dict(train_state)}))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """The state a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            saved = serialization.msgpack_restore(f.read())
+        meta, state = saved["meta"], saved["state"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id),
+                          ("num_agents", args.num_agents)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return state
+
+
+def restore(train_state: TrainState, saved: dict) -> TrainState:
+    """The saved weights and Adam's state (moments, step count); the schedule is this run's, from its start."""
+    loaded = serialization.from_state_dict(train_state, jax.tree.map(jnp.asarray, saved))
+    clip, schedule = train_state.opt_state  # fresh: inject_hyperparams counts the schedule's steps from 0
+    return loaded.replace(opt_state=(clip, schedule._replace(inner_state=loaded.opt_state[1].inner_state)))
+
+
+# %% rollout
+class Runner(NamedTuple):
+    key: jax.Array
+    env_state: EnvState
+    obs: jax.Array
+
+
+class Batch(NamedTuple):
+    obs: jax.Array
+    actions: jax.Array
+    logprobs: jax.Array
+    values: jax.Array
+    advantages: jax.Array
+    returns: jax.Array
+
+
+def rollout(train_state: TrainState, runner: Runner, env, env_params, args: Args):
+    """num_steps steps of every env as one lax.scan, then GAE: the batch to learn from."""
+    apply = partial(train_state.apply_fn, train_state.params)
+
+    def step(runner: Runner, _):
+        key, action_key = jax.random.split(runner.key)
+        logits = apply(runner.obs, method=ActorCritic.logits)  # acting needs only the actor
+        action = jax.random.categorical(action_key, logits).astype(jnp.int32)
+        env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs)
+        return Runner(key, env_state, out.obs), (runner.obs, action, logits, out)
+
+    runner, (obs, actions, logits, out) = jax.lax.scan(step, runner, length=args.num_steps)
+    # the parameters are fixed during the rollout: values and log-probs in one batched pass each
+    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+    values = apply(obs, method=ActorCritic.value)
+    last_value = apply(runner.obs, method=ActorCritic.value)
+    final_values = apply(out.final_obs, method=ActorCritic.value) if args.bootstrap_truncation else None
+    advantages, returns = compute_gae(values, out.reward, out.terminated, out.truncated, last_value,
+                                      final_values, args.gamma, args.gae_lambda)
+    flat = lambda x: x.reshape(-1, *x.shape[2:])  # (num_steps, num_envs, ...) -> (batch, ...)
+    batch = Batch(flat(obs), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns))
+    stats = {
+        "episodes": (out.terminated | out.truncated).sum(),
+        "episodic_return_sum": out.episode_return.sum(),
+        "episodic_length_sum": out.episode_length.sum(),
+        "explained_variance": 1 - jnp.var(returns - values) / jnp.var(returns),
+    }
+    return runner, batch, stats
+
+
+def evaluate(train_state: TrainState, key, env, env_params, num_episodes: int):
+    """One episode on each of num_episodes fresh envs with the greedy policy: their returns."""
+    obs, env_state = env_reset(key, env, env_params, num_episodes)
+
+    def step(carry):
+        env_state, obs, returns, done = carry
+        logits = train_state.apply_fn(train_state.params, obs, method=ActorCritic.logits)
+        env_state, out = env_step(env_state, jnp.argmax(logits, -1).astype(jnp.int32), env, env_params, num_episodes)
+        ended = (out.terminated | out.truncated) & ~done  # each env's first episode only
+        return env_state, out.obs, jnp.where(ended, out.episode_return, returns), done | ended
+
+    carry = (env_state, obs, jnp.zeros(num_episodes), jnp.zeros(num_episodes, bool))
+    return jax.lax.while_loop(lambda carry: ~carry[3].all(), step, carry)[2]
+
+
+# %% GAE
+def compute_gae(values, rewards, terminated, truncated, last_value, final_values, gamma, gae_lambda):
+    """GAE as a reverse scan over (num_steps, num_envs) arrays.
+
+    A trace stops at terminated or truncated. A truncated, not terminated, step
+    bootstraps through the time limit: its reward gets gamma * V(final observation).
+    """
+    if final_values is not None:
+        rewards = rewards + gamma * final_values * (truncated & ~terminated)
+    next_values = jnp.concatenate([values[1:], last_value[None]])
+    nonterminal = 1.0 - (terminated | truncated)
+    deltas = rewards + gamma * next_values * nonterminal - values
+
+    def step(advantage, x):
+        delta, nonterminal = x
+        advantage = delta + gamma * gae_lambda * nonterminal * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value), (deltas, nonterminal), reverse=True)
+    return advantages, advantages + values
+
+
+# %% loss and update
+def ppo_loss(params, apply_fn, mb: Batch, args: Args):
+    logits, value = apply_fn(params, mb.obs)
+    logp = jax.nn.log_softmax(logits)
+    logprob = jnp.take_along_axis(logp, mb.actions[:, None], axis=-1)[:, 0]
+    entropy = -(jnp.exp(logp) * logp).sum(-1).mean()
+    logratio = logprob - mb.logprobs
+    ratio = jnp.exp(logratio)
+    advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std() + 1e-8)
+    pg_loss = jnp.maximum(-advantages * ratio,
+                          -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+    v_loss = (value - mb.returns) ** 2
+    if args.clip_vloss:
+        v_clipped = mb.values + jnp.clip(value - mb.values, -args.clip_coef, args.clip_coef)
+        v_loss = jnp.maximum(v_loss, (v_clipped - mb.returns) ** 2)
+    v_loss = 0.5 * v_loss.mean()
+    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1) - logratio).mean(),
+        "clipfrac": (jnp.abs(ratio - 1) > args.clip_coef).mean(),
+    }
+    return loss, stats
+
+
+def minibatch_step(train_state: TrainState, mb: Batch, args: Args):
+    """One optimizer step: loss, gradients, global-norm clip, Adam."""
+    grads, stats = jax.grad(ppo_loss, has_aux=True)(train_state.params, train_state.apply_fn, mb, args)
+    return train_state.apply_gradients(grads=grads), stats
+
+
+def update(train_state: TrainState, batch: Batch, shuffle_key, args: Args):
+    """update_epochs epochs of num_minibatches shuffled minibatches, as nested lax.scans."""
+    batch_size = args.num_envs * args.num_steps
+
+    def epoch(train_state, key):
+        perm = jax.random.permutation(key, batch_size)
+        shuffled = jax.tree.map(lambda x: x[perm].reshape(args.num_minibatches, -1, *x.shape[1:]), batch)
+        return jax.lax.scan(partial(minibatch_step, args=args), train_state, shuffled)
+
+    # a fresh shuffle key per update without a host round trip: fold in the step count
+    keys = jax.random.split(jax.random.fold_in(shuffle_key, train_state.step), args.update_epochs)
+    train_state, stats = jax.lax.scan(epoch, train_state, keys)
+    learning_rate = train_state.opt_state[1].hyperparams["learning_rate"]  # what Adam used in the last step
+    return train_state, {**jax.tree.map(jnp.mean, stats), "learning_rate": learning_rate}
+
+
+# %% training loop with logging
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
+        try:
+            found[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            found[pkg] = None
+    return found
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
+            "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    return run_dir
+
+
+def peak_device_mb():
+    stats = jax.devices()[0].memory_stats()  # None on CPU
+    return stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
+
+
+class RunLog:
+    """Writes each iteration's scalars and keeps what summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.times = {"iteration": [], "rollout": [], "update": []}
+        self.episodes = []  # (count, return sum) per iteration, one entry per agent
+        self.memory = {}
+        self.start_train = None  # set when the first iteration starts
+
+    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps of each agent
+        for name, seconds in times.items():
+            self.times[name].append(seconds)
+            write(f"time/{name}", seconds, step)
+        count = stats["episodes"]
+        self.episodes.append((count, stats["episodic_return_sum"]))
+        for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
+            if count.sum():
+                write(f"charts/{name}", stats[f"{name}_sum"].sum() / count.sum(), step)
+            for agent in np.flatnonzero(count):
+                write(f"charts/{name}/agent{agent}", stats[f"{name}_sum"][agent] / count[agent], step)
+        sps = args.num_agents * args.num_envs * args.num_steps / times["iteration"]  # all agents' env steps
+        write("charts/SPS", sps, step)
+        write("charts/learning_rate", np.max(stats["learning_rate"]), step)  # one schedule: every agent's rate
+        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
+            write(f"losses/{name}", stats[name].mean(), step)  # the mean over agents
+            for agent, value in enumerate(stats[name]):
+                write(f"losses/{name}/agent{agent}", value, step)
+        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                       "memory/peak_device_mb": peak_device_mb()}
+        for name, value in self.memory.items():
+            if value is not None:
+                write(name, value, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return/agent<i>: each of agent i's evaluation episodes (step = episode), and the mean."""
+        returns = np.asarray(returns, dtype=float).reshape(self.args.num_agents, -1)  # (agents, episodes)
+        for agent, agent_returns in enumerate(returns):
+            for episode, episodic_return in enumerate(agent_returns):
+                self.writer.add_scalar(f"eval/episodic_return/agent{agent}", episodic_return, episode)
+        mean = float(returns.mean()) if returns.size else None
+        if returns.size:
+            self.writer.add_scalar("eval/episodic_return_mean", mean, self.args.num_iterations * self.args.num_envs
+                                   * self.args.num_steps)
+        return {"eval/episodic_return": mean, "eval/episodic_returns": returns.tolist() if returns.size else None}
+
+    def final_returns(self) -> list:
+        """Each agent's mean return of the episodes that ended in the last 10 iterations."""
+        if not self.episodes:
+            return [None] * self.args.num_agents
+        count, total = (sum(x) for x in zip(*self.episodes[-10:]))
+        return [float(s / n) if n else None for s, n in zip(total, count)]
+
+    def final_return(self):
+        """The mean over agents of each agent's final return."""
+        returns = [r for r in self.final_returns() if r is not None]
+        return float(np.mean(returns)) if returns else None
+
+    def summary(self) -> dict:
+        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
+        mean = lambda xs: float(np.mean(xs)) if xs else None
+        it, args = self.times["iteration"], self.args
+        return {
+            "time/startup": self.start_train - START_TIME,
+            "time/iteration_0": it[0] if it else None,
+            "time/iteration_mean_1_7": mean(it[1:8]),
+            "time/iteration_mean_8_end": mean(it[8:]),
+            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
+            "time/update_mean_8_end": mean(self.times["update"][8:]),
+            "time/total": time.time() - START_TIME,
+            "charts/episodic_return_final": self.final_return(),
+            "charts/episodic_return_final_per_agent": self.final_returns(),
+            **self.memory,
+            "variant": self.variant, "env_id": args.env_id, "model": args.model,
+            "seed": args.seed, "num_iterations": args.num_iterations, "num_agents": args.num_agents,
+        }
+
+
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
+    def setup(seed):
+        init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
+        obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
+        train_state = make_train_state(init_key, obs.shape[1], env.action_space(env_params).n, args)
+        return train_state, Runner(runner_key, env_state, obs), shuffle_key
+
+    # agent i draws what ppo_linen.py --seed seed+i draws: every agent its own keys, weights and envs.
+    # The reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
+    # it runs once, so XLA compiles it without optimizing it, in half the time
+    seeds = args.seed + jnp.arange(args.num_agents)
+    once = jax.jit(jax.vmap(setup)).lower(seeds).compile({"xla_backend_optimization_level": 0})
+    train_state, runner, shuffle_key = once(seeds)
+    if saved is not None:
+        train_state = restore(train_state, saved)
+    # the single-agent functions over the leading agent axis of every array they take and return
+    rollout_fn = jax.vmap(partial(rollout, env=env, env_params=env_params, args=args))
+    update_fn = jax.vmap(partial(update, args=args))
+    if args.jit:  # each call consumes what it changes: XLA reuses the runner's and the train state's buffers
+        rollout_fn = jax.jit(rollout_fn, donate_argnums=1)
+        update_fn = jax.jit(update_fn, donate_argnums=0)
+
+    log.start_train = time.time()
+    with Progress() as progress:
+        task = progress.add_task(log.variant, total=args.num_iterations)
+        for iteration in range(args.num_iterations):
+            t0 = time.perf_counter()
+            runner, batch, rollout_stats = rollout_fn(train_state, runner)
+            if args.sync_timing:
+                jax.block_until_ready(batch)
+                t1 = time.perf_counter()
+            train_state, update_stats = update_fn(train_state, batch, shuffle_key)
+            if args.sync_timing:
+                jax.block_until_ready(train_state)
+                t2 = time.perf_counter()
+            stats = jax.device_get({**rollout_stats, **update_stats})  # the one host fetch
+            times = {"iteration": time.perf_counter() - t0}
+            if args.sync_timing:
+                times.update(rollout=t1 - t0, update=t2 - t1)
+            progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
+    return train_state
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_agents"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.seed + args.num_agents - 1 >= 2**31:
+        fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
+             f"got {args.seed + args.num_agents - 1}")
+    if not all(0 <= beta < 1 for beta in args.adam_betas):
+        fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        fail(f"num_minibatches={args.num_minibatches} must divide the batch "
+             f"num_envs*num_steps={args.num_envs * args.num_steps}")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    env, env_params = make_env(args.env_id)
+    # a model this run cannot start from is refused before anything is written
+    saved = read_model(args.load_model, args) if args.load_model else None
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        train_state = train(args, env, env_params, log, saved)
+        summary = log.summary()  # the timed part ends here: saving and evaluating come after it
+        summary["saved_model"] = save_model(run_dir, train_state, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs, from a key that training never draws: agent i's from seed + i
+            evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes)
+            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(args.seed + jnp.arange(args.num_agents))
+            returns = jax.jit(jax.vmap(evaluate_fn))(train_state, keys)
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    finals = ", ".join("-" if r is None else f"{r:.1f}" for r in summary["charts/episodic_return_final_per_agent"])
+    print(f"{run_dir}: final return per agent {finals}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,736 @@
+"""PPO with PyTorch, N agents in one process with torch.func (benchback).
+
+ppo_torch.py, trained for num_agents seeds at once, as LeanRL and TorchRL batch
+ensembles: the agents' weights are stacked along a leading agent axis
+(stack_module_state), the one ActorCritic is called with each agent's weights
+(functional_call) under torch.func.vmap, and each agent's loss gets its own
+gradient (vmap of torch.func.grad), clipped by its own global norm; one fused
+Adam steps the stacked tensors, elementwise, so each agent has its own moments.
+Agent i is seeded seed + i and draws what `ppo_torch.py --seed seed+i` draws.
+The Gymnax environments run in JAX, vmapped over the agents, on the device torch
+uses, as in ppo_torch.py. --compile compiles the policy step, GAE and the
+gradients with torch.compile.
+
+    python ppo_torch_agents.py --num-agents 16 --env-id Breakout-MinAtar
+    python ppo_torch_agents.py --compile  # torch.compile's fused kernels
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: time/startup counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.func import functional_call, grad, stack_module_state, vmap
+import tyro
+from gymnax.environments import spaces
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id (discrete actions, Box observations)"""
+    model: Literal["small", "medium", "large"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    num_envs: int = 32
+    """parallel environments"""
+    num_steps: int = 256
+    """steps per environment in one rollout (batch = num_envs * num_steps)"""
+    num_minibatches: int = 8
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """passes over the batch per update"""
+    num_iterations: int = 100
+    """iterations, each one rollout and one update"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    clip_coef: float = 0.2
+    """surrogate (and value) clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss as PPO's original code does"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient norm clip"""
+    adam_eps: float = 1e-5
+    """Adam epsilon"""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas"""
+    bootstrap_truncation: bool = True
+    """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
+    seed: int = 1
+    """one seed drives init, environments, actions and shuffling"""
+    sync_timing: bool = False
+    """block around rollout and update to time them (time/rollout, time/update)"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the trained actor-critic and its optimizer state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
+    jit_env: bool = True
+    """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, benchback-rl's "none")"""
+    num_agents: int = 8
+    """agents trained at once, agent i with seed + i (each its own weights, optimizer, envs and random stream)"""
+    compile: bool = False
+    """torch.compile the policy step, GAE and the agents' gradients (mode default)"""
+
+
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+
+
+def variant_name(args: Args) -> str:
+    return ("torch_agents_compile" if args.compile else "torch_agents") + ("" if args.jit_env else "-nojitenv")
+
+
+# %% environment helpers
+NEEDS_DOWNLOAD = ("MNISTBandit-bsuite",)  # fetches its data set when constructed
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def unsupported(env, env_params) -> str | None:
+    """Why this PPO (discrete actions, Box observations) cannot run the env, or None."""
+    if not isinstance(env.action_space(env_params), spaces.Discrete):
+        return "continuous actions (this PPO needs discrete actions)"
+    if not isinstance(env.observation_space(env_params), spaces.Box):
+        return f"{type(env.observation_space(env_params)).__name__} observations (this PPO needs Box observations)"
+    return None
+
+
+def supported_env_ids() -> list[str]:
+    ids = [e for e in gymnax.registered_envs if e not in NEEDS_DOWNLOAD]
+    return [e for e in ids if not unsupported(*gymnax.make(e))]
+
+
+def make_env(env_id: str):
+    """The Gymnax env and its params, or exit 2 if this benchmark cannot run it."""
+    if env_id not in gymnax.registered_envs or env_id in NEEDS_DOWNLOAD:
+        why = "needs a network download" if env_id in NEEDS_DOWNLOAD else "is not a Gymnax env id"
+        fail(f"env_id {env_id!r} {why}; supported: {', '.join(supported_env_ids())}")
+    env, env_params = gymnax.make(env_id)
+    if why := unsupported(env, env_params):
+        fail(f"env_id {env_id!r} has {why}; supported: {', '.join(supported_env_ids())}")
+    return env, env_params
+
+
+class EnvState(NamedTuple):
+    key: jax.Array  # the environments' own random stream
+    env: object  # the Gymnax state of every env
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class EnvStep(NamedTuple):
+    obs: jax.Array  # after auto-reset
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # before auto-reset: what a truncated step bootstraps from
+    episode_return: jax.Array  # return of the episode that ended here, else 0
+    episode_length: jax.Array
+
+
+def flatten_obs(obs, num_envs):
+    return obs.reshape(num_envs, -1).astype(jnp.float32)  # MinAtar grids -> vectors
+
+
+def env_reset(key, env, env_params, num_envs):
+    key, reset_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    # Gymnax builds some state fields from Python numbers (weakly typed) and a step returns them
+    # strongly typed: without this, jit would compile the rollout again on its second call.
+    state = jax.tree.map(lambda x: x.astype(x.dtype), state)
+    return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+
+
+def env_step(state: EnvState, action, env, env_params, num_envs):
+    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+    key, step_key = jax.random.split(state.key)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(
+        env.step, in_axes=(0, 0, 0, None)
+    )(jax.random.split(step_key, num_envs), state.env, action, env_params)
+    reward = reward.astype(jnp.float32)
+    done = terminated | truncated
+    episode_return = state.episode_return + reward
+    episode_length = state.episode_length + 1
+    step = EnvStep(
+        flatten_obs(obs, num_envs), reward, terminated, truncated,
+        flatten_obs(info["final_observation"], num_envs),
+        jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0),
+    )
+    state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length))
+    return state, step
+
+
+# %% model
+def layer_init(layer: nn.Linear, scale: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, scale)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_scale: float) -> nn.Sequential:
+    layers = []
+    for width in hidden:
+        layers += [layer_init(nn.Linear(in_dim, width), np.sqrt(2)), nn.Tanh()]
+        in_dim = width
+    return nn.Sequential(*layers, layer_init(nn.Linear(in_dim, out_dim), out_scale))
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int):
+        super().__init__()
+        self.actor = mlp(obs_dim, hidden, num_actions, 0.01)
+        self.critic = mlp(obs_dim, hidden, 1, 1.0)
+
+    def forward(self, obs):
+        return self.actor(obs), self.critic(obs)[..., 0]
+
+    def logits(self, obs):
+        return self.actor(obs)
+
+    def value(self, obs):
+        return self.critic(obs)[..., 0]
+
+
+NETS = ("actor", "critic")
+
+
+def make_agents(obs_dim, num_actions, args: Args, device):
+    """The agents' weights stacked along a leading agent axis, the one model that torch.func calls with
+    them, one Adam over the stacked tensors, and each agent's random generator.
+
+    Agent i starts where ppo_torch.py --seed seed+i starts: its weights, and its generator where torch's
+    would be after them (the rollout's Gumbel noise and the shuffles come from it)."""
+    agents, generators = [], []
+    for agent in range(args.num_agents):
+        torch.manual_seed(args.seed + agent)
+        agents.append(ActorCritic(obs_dim, MODELS[args.model], num_actions).to(device))
+        generators.append(torch.Generator(device))
+        generators[-1].set_state(torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device))
+    # {"actor" | "critic": {"0.weight": (num_agents, ...), ...}}: plain tensors, Adam's leaves
+    params = {net: {name: p.detach() for name, p in stack_module_state([getattr(a, net) for a in agents])[0].items()}
+              for net in NETS}
+    # fused: one kernel for all parameters instead of a loop over them; elementwise, so one Adam per agent
+    optimizer = torch.optim.Adam(leaves(params), lr=args.learning_rate, betas=args.adam_betas,
+                                 eps=args.adam_eps, fused=True)
+    return agents[0].to("meta"), params, optimizer, generators  # the model: structure only, no weights
+
+
+def leaves(params: dict) -> list:
+    return [p for net in NETS for p in params[net].values()]
+
+
+def call(net: nn.Module, params: dict, obs):
+    """One agent's actor or critic with that agent's weights."""
+    return functional_call(net, params, (obs,))
+
+
+def call_agents(net: nn.Module, params: dict, obs, agent_dim: int = 0):
+    """Every agent's net on its own observations: vmap over the agent axis of the weights and of obs."""
+    return vmap(call, in_dims=(None, 0, agent_dim), out_dims=agent_dim)(net, params, obs)
+
+# saving and loading: one torch.save of the stacked weights and the optimizer's state dict, with what they fit
+MODEL_FILE, SAVED_BY = "model.pt", "ppo_torch_agents.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, params: dict, optimizer, args: Args) -> str:
+    """The agents' weights and the optimizer's state, which a later run can start from."""
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id, "num_agents": args.num_agents}
+    torch.save({"meta": meta, "params": params, "optimizer": optimizer.state_dict()},
+               os.path.join(run_dir, MODEL_FILE))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """The state dicts a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only
+        meta = saved["meta"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id),
+                          ("num_agents", args.num_agents)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+def restore(params: dict, optimizer, saved: dict):
+    """The saved weights and optimizer state, in place; this run's learning-rate schedule starts again."""
+    for param, value in zip(leaves(params), leaves(saved["params"])):
+        param.copy_(value)
+    learning_rate = optimizer.param_groups[0]["lr"]
+    optimizer.load_state_dict(saved["optimizer"])
+    optimizer.param_groups[0]["lr"] = learning_rate  # the rate this run's schedule sets, not the saved one
+
+
+# %% rollout
+class Runner(NamedTuple):
+    env_state: EnvState
+    obs: torch.Tensor
+
+
+class Batch(NamedTuple):
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+@jax.jit
+def stack_steps(steps: list[EnvStep]) -> EnvStep:
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *steps)  # one call for the whole trajectory
+
+
+def to_jax(action: torch.Tensor):
+    """torch -> JAX without a copy: DLPack on a GPU; on a CPU a NumPy view, which jit takes for less."""
+    return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
+
+
+def act(model: ActorCritic, params: dict, obs, gumbel):
+    """Gumbel-max sampling, as jax.random.categorical: no multinomial, no validation sync."""
+    logits = call_agents(model.actor, params["actor"], obs)  # acting needs only the actor
+    return torch.argmax(logits + gumbel, dim=-1).int(), logits  # int32: no conversion in JAX
+
+
+@torch.no_grad()
+def rollout(model: ActorCritic, params: dict, generators: list, runner: Runner, env_step_fn, args: Args):
+    """num_steps steps of every agent's envs, then GAE: the batch to learn from, (num_agents, batch, ...)."""
+    env_state, obs = runner
+    num_actions = model.actor[-1].out_features  # the Gumbel noise of the whole rollout: one op per agent
+    shape = (args.num_steps, args.num_envs, num_actions)
+    gumbel = torch.stack([-torch.empty(shape, device=obs.device).exponential_(generator=g).log() for g in generators], 1)
+    observations, actions, all_logits, steps = [], [], [], []
+    for t in range(args.num_steps):
+        action, logits = act(model, params, obs, gumbel[t])
+        env_state, out = env_step_fn(env_state, to_jax(action))
+        observations.append(obs), actions.append(action), all_logits.append(logits), steps.append(out)
+        obs = torch.from_dlpack(out.obs)
+    out = EnvStep(*map(torch.from_dlpack, stack_steps(steps)))
+    obs_t, actions, logits = torch.stack(observations), torch.stack(actions), torch.stack(all_logits)
+    # the parameters are fixed during the rollout: values and log-probs in one batched pass each;
+    # arrays are (num_steps, num_agents, num_envs, ...): the agent axis is 1 until the batch is made
+    logprobs = torch.log_softmax(logits, -1).gather(-1, actions[..., None].long())[..., 0]
+    value = lambda obs, agent_dim=1: call_agents(model.critic, params["critic"], obs, agent_dim)[..., 0]
+    values = value(obs_t)
+    last_value = value(obs, 0)
+    final_values = value(out.final_obs) if args.bootstrap_truncation else None
+    advantages, returns = compute_gae(values, out.reward, out.terminated, out.truncated, last_value,
+                                      final_values, args.gamma, args.gae_lambda)
+    # (num_steps, num_agents, num_envs, ...) -> (num_agents, batch, ...), each agent's rows as in ppo_torch.py
+    flat = lambda x: x.transpose(0, 1).reshape(args.num_agents, -1, *x.shape[3:])
+    batch = Batch(flat(obs_t), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns))
+    per_agent = (0, 2)  # the steps and envs of each agent
+    stats = {
+        "episodes": (out.terminated | out.truncated).sum(per_agent).float(),
+        "episodic_return_sum": out.episode_return.sum(per_agent),
+        "episodic_length_sum": out.episode_length.sum(per_agent),
+        "explained_variance": 1 - (returns - values).var(per_agent, correction=0) / returns.var(per_agent, correction=0),
+    }
+    return Runner(env_state, obs), batch, stats
+
+
+def evaluate(model: ActorCritic, params: dict, keys, env, env_params, num_episodes: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs per agent with its greedy policy: (agents, episodes) returns."""
+    obs, env_state = jax.vmap(lambda key: env_reset(key, env, env_params, num_episodes))(keys)
+    step = jax.jit(jax.vmap(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes)))
+    returns, done = np.zeros(obs.shape[:2]), np.zeros(obs.shape[:2], bool)
+    while not done.all():  # a loop on the host: evaluation is not timed
+        with torch.no_grad():
+            action = call_agents(model.actor, params["actor"], torch.from_dlpack(obs)).argmax(-1).int()
+        env_state, out = step(env_state, to_jax(action))
+        ended = np.asarray(out.terminated | out.truncated) & ~done  # each env's first episode only
+        returns[ended] = np.asarray(out.episode_return)[ended]
+        done, obs = done | ended, out.obs
+    return returns
+
+
+# %% GAE
+def compute_gae(values, rewards, terminated, truncated, last_value, final_values, gamma, gae_lambda):
+    """GAE over (num_steps, num_envs) tensors in log2(num_steps) vectorized steps.
+
+    A trace stops at terminated or truncated. A truncated, not terminated, step
+    bootstraps through the time limit: its reward gets gamma * V(final observation).
+    The recurrence advantage[t] = delta[t] + decay[t] * advantage[t+1] is solved by
+    doubling (a Hillis-Steele scan): after the step of span s, advantage[t] sums the
+    next 2s deltas, each discounted by the decays in between. Eager torch pays per
+    op: 8 steps of 4 ops for 256 steps, not a 256-step Python loop.
+    """
+    if final_values is not None:
+        rewards = rewards + gamma * final_values * (truncated & ~terminated)
+    next_values = torch.cat([values[1:], last_value[None]])
+    nonterminal = 1.0 - (terminated | truncated).float()
+    advantages = rewards + gamma * next_values * nonterminal - values  # the deltas
+    decay = gamma * gae_lambda * nonterminal
+    later = lambda x, span: torch.cat([x[span:], torch.zeros_like(x[:span])])  # x[t + span], 0 past the end
+    span = 1
+    while span < len(values):
+        advantages = advantages + decay * later(advantages, span)
+        decay = decay * later(decay, span)
+        span *= 2
+    return advantages, advantages + values
+
+
+# %% loss and update
+def ppo_loss(params: dict, model: ActorCritic, mb: Batch, args: Args):
+    """One agent's loss on its minibatch, from its weights (what torch.func.grad differentiates)."""
+    logits, value = call(model.actor, params["actor"], mb.obs), call(model.critic, params["critic"], mb.obs)[..., 0]
+    logp = torch.log_softmax(logits, -1)
+    logprob = logp.gather(-1, mb.actions[:, None].long())[:, 0]
+    entropy = -(logp.exp() * logp).sum(-1).mean()
+    logratio = logprob - mb.logprobs
+    ratio = logratio.exp()
+    # population std (correction=0), as jnp.std
+    advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std(correction=0) + 1e-8)
+    pg_loss = torch.max(-advantages * ratio,
+                        -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+    v_loss = (value - mb.returns) ** 2
+    if args.clip_vloss:
+        v_clipped = mb.values + torch.clamp(value - mb.values, -args.clip_coef, args.clip_coef)
+        v_loss = torch.max(v_loss, (v_clipped - mb.returns) ** 2)
+    v_loss = 0.5 * v_loss.mean()
+    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy,
+        "approx_kl": ((ratio - 1) - logratio).mean(),
+        "clipfrac": ((ratio - 1).abs() > args.clip_coef).float().mean(),
+    }
+    return loss, stats
+
+
+def agent_grads(params: dict, model: ActorCritic, mb: Batch, args: Args):
+    """One agent's gradients, clipped by that agent's own global norm as clip_grad_norm_ clips."""
+    grads, stats = grad(ppo_loss, has_aux=True)(params, model, mb, args)
+    norm = torch.stack([g.norm() for g in leaves(grads)]).norm()
+    scale = torch.clamp(args.max_grad_norm / (norm + 1e-6), max=1.0)
+    return {net: {name: g * scale for name, g in grads[net].items()} for net in NETS}, torch.stack(list(stats.values()))
+
+
+def minibatch_grads(params: dict, model: ActorCritic, mb: Batch, args: Args):
+    """Every agent's clipped gradients and loss statistics: vmap over the agent axis of weights and minibatch."""
+    return vmap(agent_grads, in_dims=(0, None, 0, None))(params, model, mb, args)
+
+
+def minibatch_step(model: ActorCritic, params: dict, optimizer, mb: Batch, args: Args):
+    """One optimizer step of every agent: loss, gradients, global-norm clip per agent, then Adam."""
+    grads, stats = minibatch_grads(params, model, mb, args)
+    for param, g in zip(leaves(params), leaves(grads)):
+        param.grad = g
+    optimizer.step()
+    return stats
+
+
+def update(model: ActorCritic, params: dict, optimizer, generators: list, batch: Batch, iteration: int, args: Args):
+    """update_epochs epochs of num_minibatches shuffled minibatches, each agent shuffling its own batch."""
+    batch_size = args.num_envs * args.num_steps
+    agents = torch.arange(args.num_agents, device=batch.obs.device)[:, None]
+    minibatch_size = batch_size // args.num_minibatches
+    total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
+    step = iteration * args.update_epochs * args.num_minibatches  # known on the host: no sync for the LR
+    stats = []
+    for _ in range(args.update_epochs):
+        perm = torch.stack([torch.randperm(batch_size, device=batch.obs.device, generator=g) for g in generators])
+        shuffled = Batch(*(x[agents, perm] for x in batch))  # one gather per epoch; minibatches are views
+        for start in range(0, batch_size, minibatch_size):
+            mb = Batch(*(x[:, start:start + minibatch_size] for x in shuffled))
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - step / total_steps)  # linear decay
+            stats.append(minibatch_step(model, params, optimizer, mb, args))
+            step += 1
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+    return dict(zip(names, torch.stack(stats).mean(0).T))  # each (num_agents,)
+
+
+# %% training loop with logging
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
+        try:
+            found[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            found[pkg] = None
+    return found
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
+            "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    return run_dir
+
+
+def compile_hot_paths():
+    """torch.compile the policy step, GAE and the agents' gradients where they are called, LeanRL style."""
+    global act, compute_gae, minibatch_grads
+    act, compute_gae, minibatch_grads = (torch.compile(f) for f in (act, compute_gae, minibatch_grads))
+
+
+def torch_device() -> torch.device:
+    """The device JAX steps the environments on, so that DLPack hands arrays over without a copy."""
+    return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
+
+
+def peak_device_mb():
+    """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's (the environments)."""
+    if torch_device().type != "cuda":
+        return None
+    jax_stats = jax.devices()[0].memory_stats() or {}
+    return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
+
+
+class RunLog:
+    """Writes each iteration's scalars and keeps what summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.times = {"iteration": [], "rollout": [], "update": []}
+        self.episodes = []  # (count, return sum) per iteration, one entry per agent
+        self.memory = {}
+        self.start_train = None  # set when the first iteration starts
+
+    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps of each agent
+        for name, seconds in times.items():
+            self.times[name].append(seconds)
+            write(f"time/{name}", seconds, step)
+        count = stats["episodes"]
+        self.episodes.append((count, stats["episodic_return_sum"]))
+        for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
+            if count.sum():
+                write(f"charts/{name}", stats[f"{name}_sum"].sum() / count.sum(), step)
+            for agent in np.flatnonzero(count):
+                write(f"charts/{name}/agent{agent}", stats[f"{name}_sum"][agent] / count[agent], step)
+        sps = args.num_agents * args.num_envs * args.num_steps / times["iteration"]  # all agents' env steps
+        write("charts/SPS", sps, step)
+        write("charts/learning_rate", np.max(stats["learning_rate"]), step)  # one schedule: every agent's rate
+        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
+            write(f"losses/{name}", stats[name].mean(), step)  # the mean over agents
+            for agent, value in enumerate(stats[name]):
+                write(f"losses/{name}/agent{agent}", value, step)
+        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                       "memory/peak_device_mb": peak_device_mb()}
+        for name, value in self.memory.items():
+            if value is not None:
+                write(name, value, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return/agent<i>: each of agent i's evaluation episodes (step = episode), and the mean."""
+        returns = np.asarray(returns, dtype=float).reshape(self.args.num_agents, -1)  # (agents, episodes)
+        for agent, agent_returns in enumerate(returns):
+            for episode, episodic_return in enumerate(agent_returns):
+                self.writer.add_scalar(f"eval/episodic_return/agent{agent}", episodic_return, episode)
+        mean = float(returns.mean()) if returns.size else None
+        if returns.size:
+            self.writer.add_scalar("eval/episodic_return_mean", mean, self.args.num_iterations * self.args.num_envs
+                                   * self.args.num_steps)
+        return {"eval/episodic_return": mean, "eval/episodic_returns": returns.tolist() if returns.size else None}
+
+    def final_returns(self) -> list:
+        """Each agent's mean return of the episodes that ended in the last 10 iterations."""
+        if not self.episodes:
+            return [None] * self.args.num_agents
+        count, total = (sum(x) for x in zip(*self.episodes[-10:]))
+        return [float(s / n) if n else None for s, n in zip(total, count)]
+
+    def final_return(self):
+        """The mean over agents of each agent's final return."""
+        returns = [r for r in self.final_returns() if r is not None]
+        return float(np.mean(returns)) if returns else None
+
+    def summary(self) -> dict:
+        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
+        mean = lambda xs: float(np.mean(xs)) if xs else None
+        it, args = self.times["iteration"], self.args
+        return {
+            "time/startup": self.start_train - START_TIME,
+            "time/iteration_0": it[0] if it else None,
+            "time/iteration_mean_1_7": mean(it[1:8]),
+            "time/iteration_mean_8_end": mean(it[8:]),
+            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
+            "time/update_mean_8_end": mean(self.times["update"][8:]),
+            "time/total": time.time() - START_TIME,
+            "charts/episodic_return_final": self.final_return(),
+            "charts/episodic_return_final_per_agent": self.final_returns(),
+            **self.memory,
+            "variant": self.variant, "env_id": args.env_id, "model": args.model,
+            "seed": args.seed, "num_iterations": args.num_iterations, "num_agents": args.num_agents,
+        }
+
+
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
+    device = torch_device()
+    # agent i's seed + i drives its init, actions and shuffling (make_agents) and, in JAX, its environments.
+    # The environments' reset as one compiled call, not dozens of op-by-op compilations; it runs
+    # once, so XLA compiles it without optimizing it, in half the time
+    reset = jax.jit(jax.vmap(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs)))
+    seeds = args.seed + jnp.arange(args.num_agents)
+    obs, env_state = reset.lower(seeds).compile({"xla_backend_optimization_level": 0})(seeds)
+    model, params, optimizer, generators = make_agents(obs.shape[2], env.action_space(env_params).n, args, device)
+    if saved is not None:
+        restore(params, optimizer, saved)
+    runner = Runner(env_state, torch.from_dlpack(obs))
+    env_step_fn = jax.vmap(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs))
+    if args.jit_env:  # the env state is consumed: XLA reuses its buffers
+        env_step_fn = jax.jit(env_step_fn, donate_argnums=0)
+    # torch needs each env step's result at once: on the CPU, JAX then does better to run a call in
+    # the calling thread than to hand it to a worker thread (async dispatch)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    if args.compile:
+        compile_hot_paths()
+
+    log.start_train = time.time()
+    with Progress() as progress:
+        task = progress.add_task(log.variant, total=args.num_iterations)
+        for iteration in range(args.num_iterations):
+            t0 = time.perf_counter()
+            runner, batch, rollout_stats = rollout(model, params, generators, runner, env_step_fn, args)
+            if args.sync_timing:
+                sync()
+                t1 = time.perf_counter()
+            update_stats = update(model, params, optimizer, generators, batch, iteration, args)
+            if args.sync_timing:
+                sync()
+                t2 = time.perf_counter()
+            stats = {**rollout_stats, **update_stats}
+            stats = dict(zip(stats, torch.stack(list(stats.values())).numpy(force=True)))  # the one host fetch
+            stats["learning_rate"] = optimizer.param_groups[0]["lr"]  # the rate of Adam's last step: a host float
+            times = {"iteration": time.perf_counter() - t0}
+            if args.sync_timing:
+                times.update(rollout=t1 - t0, update=t2 - t1)
+            progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
+    return model, params, optimizer
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_agents"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.seed + args.num_agents - 1 >= 2**31:
+        fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
+             f"got {args.seed + args.num_agents - 1}")
+    if not all(0 <= beta < 1 for beta in args.adam_betas):
+        fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        fail(f"num_minibatches={args.num_minibatches} must divide the batch "
+             f"num_envs*num_steps={args.num_envs * args.num_steps}")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision, "torch": torch.get_float32_matmul_precision()}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    env, env_params = make_env(args.env_id)
+    # a model this run cannot start from is refused before anything is written
+    saved = read_model(args.load_model, args) if args.load_model else None
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    device = torch_device()
+    run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu", precision)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        model, params, optimizer = train(args, env, env_params, log, saved)
+        summary = log.summary()  # the timed part ends here: saving and evaluating come after it
+        summary["saved_model"] = save_model(run_dir, params, optimizer, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs, from a key that training never draws: agent i's from seed + i
+            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(args.seed + jnp.arange(args.num_agents))
+            returns = evaluate(model, params, keys, env, env_params, args.eval_episodes)
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    finals = ", ".join("-" if r is None else f"{r:.1f}" for r in summary["charts/episodic_return_final_per_agent"])
+    print(f"{run_dir}: final return per agent {finals}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()
