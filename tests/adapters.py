@@ -181,12 +181,17 @@ class NNX(Linen):
         from flax import nnx
 
         self.jax, self.jnp, self.nnx = jax, jnp, nnx
+        self.model, self.optimizer = self.make_model(weights, jax.random.key(0))
+
+    def make_model(self, weights, key):
+        """The script's make_model, its layers then set to the canonical weights."""
         obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        self.model, self.optimizer = self.m.make_model(jax.random.key(0), obs_dim, num_actions, self.args)
+        model, optimizer = self.m.make_model(key, obs_dim, num_actions, self.args)
         for net, layers in weights.items():
             for i, (kernel, bias) in enumerate(layers):
-                layer = getattr(self.model, net).layers[i]
-                layer.kernel[...], layer.bias[...] = jnp.asarray(kernel), jnp.asarray(bias)
+                layer = getattr(model, net).layers[i]
+                layer.kernel[...], layer.bias[...] = self.jnp.asarray(kernel), self.jnp.asarray(bias)
+        return model, optimizer
 
     def canonical(self, tree):
         return {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
@@ -322,7 +327,8 @@ class Torch(Adapter):
 
         def recording(*args, **kwargs):
             perm = original(*args, **kwargs)
-            if sys._getframe(1).f_code is self.m.update.__code__:  # not torch.compile's own draws
+            caller = sys._getframe(1)  # update(), or a comprehension in it; not torch.compile's own draws
+            if self.m.update.__code__ in (caller.f_code, caller.f_back.f_code):
                 perms.append(perm.cpu().numpy().copy())
             return perm
 
@@ -392,7 +398,97 @@ class TorchCompile(Torch):
         return compiled_torch_module()
 
 
-def adapter_for(script: str) -> type[Adapter]:
+class Agents:
+    """An agent script's adapter: args.num_agents agents, each from the same canonical weights,
+    each with its own batch per update() call (a list, one per agent), as the script's training
+    loop runs update() (the JAX scripts vmap the single-agent update, torch's update takes them
+    all); update() returns a list of each agent's canonical weights."""
+
+    def stack(self, tree):
+        return self.jax.tree.map(lambda x: self.jnp.stack([x] * self.args.num_agents), tree)
+
+    def keys(self):
+        return self.jax.random.split(self.jax.random.key(0), self.args.num_agents)  # one shuffle key per agent
+
+    def agent(self, tree, a):
+        return self.jax.tree.map(lambda x: x[a], tree)
+
+    def stacked_batch(self, batches):
+        return self.jax.tree.map(lambda *xs: self.jnp.stack(xs), *[self.batch(b) for b in batches])
+
+
+class LinenAgents(Agents, Linen):
+    def setup(self, weights):
+        super().setup(weights)
+        self.state = self.stack(self.state)
+
+    @functools.cached_property
+    def update_fn(self):
+        return self.jax.jit(self.jax.vmap(partial(self.m.update, args=self.args)))
+
+    def update(self, batches, iteration):
+        self.state, _ = self.update_fn(self.state, self.stacked_batch(batches), self.keys())
+        self.jax.effects_barrier()
+        return [self.canonical(self.agent(self.state.params, a)) for a in range(self.args.num_agents)]
+
+
+class NNXAgents(Agents, NNX):
+    def setup(self, weights):
+        super().setup(weights)
+        self.model, self.optimizer = self.nnx.vmap(partial(self.make_model, weights))(self.keys())
+
+    @functools.cached_property
+    def update_fn(self):
+        return self.nnx.jit(self.nnx.vmap(partial(self.m.update, args=self.args)))
+
+    def update(self, batches, iteration):
+        self.update_fn(self.model, self.optimizer, self.stacked_batch(batches), self.keys())
+        self.jax.effects_barrier()
+        state = self.nnx.state(self.model)
+        return [self.canonical(self.agent(state, a)) for a in range(self.args.num_agents)]
+
+
+class TorchAgents(Torch):
+    """Stacked weights (make_agents), set per layer for every agent at once."""
+
+    def setup(self, weights):
+        import torch
+
+        self.torch = torch
+        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        self.model, self.params, self.optimizer, self.generators = self.m.make_agents(
+            obs_dim, num_actions, self.args, torch.device("cpu"))
+        for net, layers in weights.items():
+            for i, (kernel, bias) in enumerate(layers):
+                self.params[net][f"{2 * i}.weight"][:] = torch.tensor(kernel.T.copy())
+                self.params[net][f"{2 * i}.bias"][:] = torch.tensor(bias)
+
+    def update(self, batches, iteration):
+        stacked = self.m.Batch(*(self.torch.stack(xs) for xs in zip(*[self.batch(b) for b in batches])))
+        self.m.update(self.model, self.params, self.optimizer, self.generators, stacked, iteration, self.args)
+        tensor_of = lambda a: lambda name: self.params[name.split(".", 1)[0]][name.split(".", 1)[1]][a].clone()
+        return [self.canonical(tensor_of(a)) for a in range(self.args.num_agents)]
+
+
+@functools.cache
+def compiled_torch_agents_module():
+    """A private copy of ppo_torch_agents.py with --compile's hot paths compiled, made once per session."""
+    m = load("ppo_torch_agents.py", fresh=True)
+    m.compile_hot_paths()
+    return m
+
+
+class TorchAgentsCompile(TorchAgents):
+    @staticmethod
+    def module(script):
+        return compiled_torch_agents_module()
+
+
+def adapter_for(script: str, compiled: bool = False) -> type[Adapter]:
+    """The adapter of a script (compiled: the agent script's --compile)."""
+    if compiled:
+        return {"ppo_torch_agents.py": TorchAgentsCompile}[script]
     return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox, "torch": Torch,
             "torch_compile": TorchCompile, "linen_gymnasium": LinenGymnasium,
-            "torch_gymnasium": TorchGymnasium}[script[4:-3]]
+            "torch_gymnasium": TorchGymnasium, "linen_agents": LinenAgents, "nnx_agents": NNXAgents,
+            "torch_agents": TorchAgents}[script[4:-3]]

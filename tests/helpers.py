@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the analysis package, as analyze.py imports it
 SCRIPTS = sorted(p.name for p in ROOT.glob("ppo_*.py"))  # later scripts join every test by themselves
 GYMNASIUM_SCRIPTS = [s for s in SCRIPTS if s.endswith("_gymnasium.py")]  # their envs step on the CPU
+AGENT_SCRIPTS = [s for s in SCRIPTS if s.endswith("_agents.py")]  # N agents per process: tests/test_agents.py
+ONE_AGENT_SCRIPTS = [s for s in SCRIPTS if s not in AGENT_SCRIPTS]  # what the framework adapters load
 
 
 def frameworks(script: str) -> set[str]:
@@ -34,6 +36,11 @@ TAGS = {
     "losses/explained_variance", "time/iteration", "memory/peak_rss_mb",
 }
 SYNC_TAGS = {"time/rollout", "time/update"}
+AGENT_SUMMARY_KEYS = SUMMARY_KEYS | {"num_agents", "charts/episodic_return_final_per_agent"}
+
+
+def summary_keys(script: str) -> set[str]:
+    return AGENT_SUMMARY_KEYS if script in AGENT_SCRIPTS else SUMMARY_KEYS
 
 
 def run(script: str, *args: str, log_dir, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -78,8 +78,10 @@ def dynamo_graphs(monkeypatch, tmp_path):
     return lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
-def test_torch_compile_no_recompilation(tmp_path, dynamo_graphs):
-    seen = compiles_per_iteration("ppo_torch_compile.py", tmp_path, dynamo_graphs, compile_mode="default")
+@pytest.mark.parametrize("script, toggle", [("ppo_torch_compile.py", {"compile_mode": "default"}),
+                                            ("ppo_torch_agents.py", {"compile": True, "num_agents": 2})])
+def test_torch_compile_no_recompilation(script, toggle, tmp_path, dynamo_graphs):
+    seen = compiles_per_iteration(script, tmp_path, dynamo_graphs, **toggle)
     assert seen[0] >= 3, f"expected the policy step, GAE and the update compiled, got {seen[0]} graphs"
     assert seen == [seen[0]] * len(seen), f"graphs compiled by the end of each iteration: {seen}"
 

@@ -6,8 +6,8 @@ import math
 import os
 
 import pytest
-from helpers import (GYMNASIUM_SCRIPTS, ROOT, SCRIPTS, SUMMARY_KEYS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, frameworks,
-                     load, read_json, run, run_ok, scalars)
+from helpers import (GYMNASIUM_SCRIPTS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, frameworks, load, read_json,
+                     run, run_ok, scalars, summary_keys)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -18,7 +18,8 @@ SHARED_ARGS = {
     "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs", "save_model": False, "load_model": None,
     "eval_episodes": 0,
 }
-COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "vectorization"}  # the only fields a variant may add
+# the only fields a variant may add: compile toggles, the CPU-env scripts' vectorization, the agent scripts' count
+COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "compile", "vectorization", "num_agents"}
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
             "training loop with logging", "main"]
 DETERMINISTIC_TAGS = TAGS - {"charts/SPS", "time/iteration", "memory/peak_rss_mb"}
@@ -97,7 +98,7 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
     assert info["device"] and info["cpu"]
 
     summary = read_json(run_dir / "summary.json")
-    assert set(summary) == SUMMARY_KEYS
+    assert set(summary) == summary_keys(script)
     assert summary["variant"] == variant and summary["num_iterations"] == 10 and summary["seed"] == 1
     assert summary["time/rollout_mean_8_end"] is None and summary["time/update_mean_8_end"] is None
     for key in ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",

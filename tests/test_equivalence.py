@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import SCRIPTS, load
+from helpers import ONE_AGENT_SCRIPTS as SCRIPTS, load  # the agent scripts: tests/test_agents.py
 
 OBS_DIM, NUM_ACTIONS, HIDDEN, MINIBATCH = 6, 3, (64, 64), 256
 EPOCHS, MINIBATCHES, UPDATES = 2, 2, 2  # update() calls of 2 epochs x 2 shuffled minibatches each

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import GYMNASIUM_SCRIPTS, SCRIPTS, load
+from helpers import GYMNASIUM_SCRIPTS, load
+from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 
 NUM_ENVS, NUM_STEPS, TIME_LIMIT = 8, 64, 25  # a short time limit: truncations as well as terminations
 SHARP = 1000.0  # actor output scale of the near-deterministic policy: the Gumbel noise cannot flip it

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import ROOT, SCRIPTS, TINY_ARGS, load, read_json, run, run_ok, scalars
+from helpers import ROOT, TINY_ARGS, load, read_json, run, run_ok, scalars
+from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 from test_equivalence import ATOL_WEIGHTS, random_batch
 
 OBS_DIM, NUM_ACTIONS = 4, 2  # CartPole-v1's: Equinox reads a saved model into the shapes the env gives

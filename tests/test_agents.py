@@ -1,0 +1,120 @@
+"""The agent scripts (ppo_*_agents.py: N agents in one process) keep the contract per agent:
+- agent i of an N-agent run computes what the single-agent script computes with seed + i:
+  the same returns, lengths and losses in every iteration (float tolerance: the agents' matmuls
+  are batched), so every agent draws its own init, environments, actions and shuffles;
+- from identical weights and a batch of its own each, consecutive update() calls leave each
+  agent's weights where the NumPy reference leaves that agent alone: one agent's gradient never
+  clips another's, nor do its advantages normalize another's, nor its Adam moments step another;
+- a saved run reloads with its num_agents and evaluates every agent alike; bad seeds refused."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import reference as ref
+from adapters import adapter_for
+from helpers import AGENT_SCRIPTS, TINY, read_json, run, run_ok, scalars
+from test_equivalence import ATOL_WEIGHTS, EPOCHS, STEPS, UPDATES, minibatches_of, random_batch, update_args
+
+SINGLE = {"ppo_linen_agents.py": "ppo_linen.py", "ppo_nnx_agents.py": "ppo_nnx.py",
+          "ppo_torch_agents.py": "ppo_torch.py"}  # the single-agent script each one batches
+CASES = [(s, ()) for s in AGENT_SCRIPTS] + [("ppo_torch_agents.py", ("--compile",))]
+IDS = [" ".join((s, *t)) for s, t in CASES]
+SEED, NUM_AGENTS = 5, 3
+PER_AGENT_TAGS = ["charts/episodic_return", "charts/episodic_length", *(
+    f"losses/{name}" for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
+                                  "explained_variance"))]
+
+
+def test_every_agent_script_has_its_single_agent_script():
+    assert set(AGENT_SCRIPTS) == set(SINGLE)
+
+
+@pytest.fixture(scope="module")
+def single_runs(tmp_path_factory):
+    """The single-agent scripts with seeds SEED, SEED + 1, ...: made once, read by every case."""
+    made = {}
+
+    def get(script, seed):
+        if (script, seed) not in made:
+            log_dir = tmp_path_factory.mktemp(f"{script[4:-3]}-s{seed}")
+            made[script, seed] = scalars(run_ok(script, *TINY, "--seed", str(seed), log_dir=log_dir))
+        return made[script, seed]
+
+    return get
+
+
+@pytest.mark.parametrize("script,toggles", CASES, ids=IDS)
+def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, single_runs, tmp_path):
+    run_dir = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(NUM_AGENTS), *toggles, log_dir=tmp_path)
+    summary, logged = read_json(run_dir / "summary.json"), scalars(run_dir)
+    assert summary["num_agents"] == NUM_AGENTS and len(summary["charts/episodic_return_final_per_agent"]) == NUM_AGENTS
+    for agent in range(NUM_AGENTS):
+        alone = single_runs(SINGLE[script], SEED + agent)
+        for tag in PER_AGENT_TAGS:
+            ours = logged[f"{tag}/agent{agent}"]
+            assert [s for s, _ in ours] == [s for s, _ in alone[tag]], (agent, tag)
+            assert [v for _, v in ours] == pytest.approx([v for _, v in alone[tag]], rel=1e-4, abs=1e-6), (agent, tag)
+    # the mean tags are the means over agents; the learning rate is one schedule for all
+    for tag in ("losses/value_loss", "losses/entropy"):
+        means = np.mean([[v for _, v in logged[f"{tag}/agent{a}"]] for a in range(NUM_AGENTS)], axis=0)
+        assert [v for _, v in logged[tag]] == pytest.approx(means, rel=1e-5), tag
+    assert logged["charts/learning_rate"] == single_runs(SINGLE[script], SEED)["charts/learning_rate"]
+
+
+def agent_batches(rng, weights) -> list[list[dict]]:
+    """Per agent, per update() call, a batch of its own: agent 0's gradient norms are above
+    max_grad_norm, then below; agent 1's the other way round; agent 2's advantages sit far
+    from the others' (a normalization over all agents' rows would move every agent's)."""
+    errors = [(4.0, 0.05), (0.05, 4.0), (4.0, 4.0)]
+    batches = [[random_batch(rng, weights, e) for e in errors[a]] for a in range(NUM_AGENTS)]
+    for batch in batches[2]:
+        batch["advantages"] = batch["advantages"] * 3 + 5
+    return batches
+
+
+@pytest.mark.parametrize("script,toggles", CASES, ids=IDS)
+def test_each_agent_updates_as_the_reference_alone(script, toggles):
+    rng = np.random.default_rng(0)
+    weights = ref.random_weights(rng, 6, (64, 64), 3)
+    batches = agent_batches(rng, weights)
+    args = dataclasses.replace(update_args(script), num_agents=NUM_AGENTS)
+    adapter = adapter_for(script, compiled=bool(toggles))(script, weights, args)
+    with adapter.drawn_permutations() as perms:
+        after = [adapter.update([batches[a][u] for a in range(NUM_AGENTS)], iteration=u) for u in range(UPDATES)][-1]
+    # drawn per epoch, agent after agent: each agent's own permutations
+    assert len(perms) == UPDATES * EPOCHS * NUM_AGENTS
+    for a in range(NUM_AGENTS):
+        expected = ref.optimizer_steps(weights, minibatches_of(batches[a], perms[a::NUM_AGENTS]), args, STEPS)[-1].weights
+        np.testing.assert_allclose(ref.flat(after[a]), ref.flat(expected), rtol=0, atol=ATOL_WEIGHTS,
+                                   err_msg=f"{script}: agent {a} after {UPDATES} update() calls")
+
+
+@pytest.mark.parametrize("script", AGENT_SCRIPTS)
+def test_save_then_load_and_evaluate_every_agent(script, tmp_path):
+    agents = ["--num-agents", "2"]
+    trained = run_ok(script, *TINY, *agents, "--save-model", "--eval-episodes", "3", log_dir=tmp_path / "train")
+    summary = read_json(trained / "summary.json")
+    returns = summary["eval/episodic_returns"]
+    assert np.shape(returns) == (2, 3) and summary["eval/episodic_return"] == pytest.approx(np.mean(returns))
+    loaded = run_ok(script, *TINY, *agents, "--num-iterations", "0", "--load-model", str(trained), "--eval-episodes",
+                    "3", log_dir=tmp_path / "eval")
+    # the same greedy policies on the same fresh envs: the same returns, only if every agent's weights came back
+    assert read_json(loaded / "summary.json")["eval/episodic_returns"] == returns
+    logged = scalars(loaded)
+    assert [[v for _, v in logged[f"eval/episodic_return/agent{a}"]] for a in range(2)] == returns
+    proc = run(script, *TINY, "--num-agents", "3", "--load-model", str(trained), log_dir=tmp_path / "refused")
+    assert proc.returncode == 2 and "saved with num_agents 2; this run has 3" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("script", AGENT_SCRIPTS)
+@pytest.mark.parametrize("args,words", [
+    (["--seed", str(2**31 - 2), "--num-agents", "3"], ["seed + num_agents - 1", "2147483648"]),
+    (["--num-agents", "0"], ["num_agents", "positive"]),
+])
+def test_agents_a_framework_cannot_seed_are_refused(script, args, words, tmp_path):
+    proc = run(script, *args, log_dir=tmp_path / "runs")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert all(word in proc.stderr for word in words), proc.stderr
+    assert not (tmp_path / "runs").exists()
