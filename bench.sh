@@ -9,11 +9,11 @@ Usage: bash bench.sh [PRESET] [OPTIONS] [-- SCRIPT ARGS...]
 
 Presets (default: sweep)
   sweep        warm-up, Experiments 1, 2 and 3 (benchback-rl's whole schedule with our variants),
-               then the CPU-environment and env-scaling experiments
+               then the CPU-environment, env-scaling and many-agents experiments
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents
                one part of the schedule alone
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
@@ -27,6 +27,11 @@ Presets (default: sweep)
              --sync-timing, 128 steps, one epoch of minibatches of 1024, 4 iterations: rollout
              throughput against the number of environments; and each env alone (env_alone.py:
              Gymnax, and the CPU twin stepped each way) with the same steps and counts
+    agents   CartPole-v1 and Breakout-MinAtar x N agents in one process (--num-agents N for
+             linen_agents, nnx_agents, torch_agents, torch_agents_compile; N from --agent-counts,
+             in subfolder n<N>) x small, --sync-timing; and the baseline a user has today, one
+             agent per process (linen, nnx, torch, torch_compile, in subfolder single): N of
+             them one after another cost N times one
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -40,6 +45,7 @@ Options
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
   --experiments LIST comma list of experiments (a subset of the preset's)
   --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048)
+  --agent-counts LIST agents' --num-agents values (default: 1,4,16,64)
   --order-seed N     the seed of the run order: each repeat runs its warm-up, then the rest of
                      its plan in a shuffled order, so that a drift of the machine's speed is not
                      confounded with the variant; same seed, same order, on any machine (default 0)
@@ -62,6 +68,7 @@ Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool
   linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen_gymnasium-nojit
+  linen_agents nnx_agents torch_agents torch_agents_compile (with --num-agents: agents)
   env-gymnax env-sync env-vector env-envpool (env_alone.py: the env alone, no model)
 The plan, in the order it runs, goes to DIR/plan.txt (with its seed) before the first run.
 Failures are logged to DIR/failures.log and the sweep goes on; the exit code is 1 if any
@@ -87,6 +94,9 @@ ENV_ALONE=(env-gymnax env-sync env-vector env-envpool)  # envscale: each env alo
 VECTOR_ENVS=(CartPole-v1) ENVPOOL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0)  # the scripts' VECTORIZATIONS
 CLEANRL_ARGS="--num-envs,4,--num-steps,128,--num-minibatches,4,--update-epochs,4"  # CleanRL ppo.py's defaults
 ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envscale
+AGENT_VARIANTS=(linen_agents nnx_agents torch_agents torch_agents_compile)  # agents: N in one process
+ONE_AGENT=(linen nnx torch torch_compile)                                   # agents: one per process
+AGENT_COUNTS=(1 4 16 64)
 PYTHON=${PYTHON:-python}
 
 # the script and flags of a variant; the scripts name their run directories after it
@@ -110,6 +120,8 @@ variant_command() {
     linen_gymnasium-vector|linen_gymnasium-envpool) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
     env-gymnax|env-sync|env-vector|env-envpool) echo "env_alone.py --backend ${1#env-}" ;;
+    linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
+    torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
     *) return 1 ;;
   esac
 }
@@ -126,7 +138,7 @@ split() { tr ',' ' ' <<<"$1"; }
 contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 
 preset=sweep out=runs repeats=1 iterations="" envs_opt="" variants_opt="" models_opt=""
-experiments_opt="" counts_opt="" order_seed=0 dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=() slurm_tasks="" sbatch_args=""
+experiments_opt="" counts_opt="" agent_counts_opt="" order_seed=0 dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=() slurm_tasks="" sbatch_args=""
 if [[ $# -gt 0 && $1 != -* ]]; then preset=$1; shift; fi
 argv=("$@")  # what each SLURM task is given again
 while [[ $# -gt 0 ]]; do
@@ -139,6 +151,7 @@ while [[ $# -gt 0 ]]; do
     --models) models_opt=${2:?--models needs a list}; shift 2 ;;
     --experiments) experiments_opt=${2:?--experiments needs a list}; shift 2 ;;
     --env-counts) counts_opt=${2:?--env-counts needs a list}; shift 2 ;;
+    --agent-counts) agent_counts_opt=${2:?--agent-counts needs a list}; shift 2 ;;
     --order-seed) order_seed=${2:-}; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --resume) resume=1; shift ;;
@@ -166,10 +179,10 @@ if [[ -n $slurm_tasks ]]; then
 fi
 
 case $preset in
-  sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale) ;;
+  sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=10 ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale) experiments=("$preset") ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv or envscale" ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents) experiments=("$preset") ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale or agents" ;;
 esac
 if [[ -n $experiments_opt ]]; then
   for e in $(split "$experiments_opt"); do
@@ -235,7 +248,7 @@ shuffle_from() {
 exp1_envs=("${BENCHBACK_RL_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("${BENCHBACK_RL_ENVS[@]}") modes=("${COMPILE_MODES[@]}")
 cpuenv_envs=() scale_envs=(CartPole-v1 Breakout-MinAtar) counts=("${ENV_COUNTS[@]}")
 for e in "${BENCHBACK_RL_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
-cpuenv_models=(small medium)
+cpuenv_models=(small medium) agent_envs=(CartPole-v1 Breakout-MinAtar) agent_counts=("${AGENT_COUNTS[@]}")
 if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
   exp1_envs=(CartPole-v1 Acrobot-v1) exp1_models=(small) exp2_envs=(CartPole-v1)
   modes=(linen-nojit linen nnx-nojit nnx nnx_cached equinox torch-nojitenv torch torch_compile)
@@ -245,6 +258,12 @@ if [[ -n $counts_opt ]]; then
   counts=($(split "$counts_opt"))
   for n in "${counts[@]}"; do  # minibatches of 1024 from 128 steps: a multiple of 8 envs
     [[ $n =~ ^[1-9][0-9]*$ ]] && ((n % 8 == 0)) || die "--env-counts must be multiples of 8, got '$n'"
+  done
+fi
+if [[ -n $agent_counts_opt ]]; then
+  agent_counts=($(split "$agent_counts_opt"))
+  for n in "${agent_counts[@]}"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "--agent-counts must be positive integers, got '$n'"
   done
 fi
 # Repeat by repeat: the warm-up first, then every other run of the repeat in a shuffled order,
@@ -267,6 +286,11 @@ for r in $(seq 1 "$repeats"); do
           add envscale "$r" async "envs$n" "--num-envs,$n,--num-steps,128,--num-iterations,4" \
             "${scale_envs[@]}" -- "${ENV_ALONE[@]}" -- none
         done ;;
+      agents)
+        for n in "${agent_counts[@]}"; do
+          add agents "$r" sync "n$n" "--num-agents,$n" "${agent_envs[@]}" -- "${AGENT_VARIANTS[@]}" -- small
+        done
+        add agents "$r" sync single - "${agent_envs[@]}" -- "${ONE_AGENT[@]}" -- small ;;
     esac
   done
   shuffle_from "$first" "$order_seed $r"
