@@ -22,6 +22,7 @@ import tyro
 from rich.table import Table
 
 from analysis import docs
+from analysis.agents import agents_section
 from analysis.cpuenv import cpuenv_section, envscale_section
 from analysis.envs import BENCHBACK_RL_ENVS, complexity, env_times
 from analysis.exp1 import section as exp1_section
@@ -63,9 +64,9 @@ def report(args: Report) -> int:
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
-    exp1, exp2, exp3, cpuenv, envscale = map(of, ("exp1", "exp2", "exp3", "cpuenv", "envscale"))
+    exp1, exp2, exp3, cpuenv, envscale, agents = map(of, ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents"))
     if exp1:
-        headline_section(exp1, cpuenv, o)
+        headline_section(exp1, cpuenv, agents, o)
     o.heading("The study")
     study_section(runs, skipped, o)
     o.table("Environment complexity: each env's step time alone (32 envs, random actions)",
@@ -82,9 +83,12 @@ def report(args: Report) -> int:
         cpuenv_section(cpuenv, o)
     if envscale:
         envscale_section(envscale, o)
+    if agents:
+        agents_section(agents, o)
     if exp1:
         findings_section(exp1, exp2, exp3, cx, o)
-    if small := [r for r in runs if r.model == "small" and r.experiment != "envscale"]:
+    # learning parity: one agent per run, at the scripts' batch (not envscale's, nor the agent scripts')
+    if small := [r for r in runs if r.model == "small" and r.experiment not in ("envscale", "agents")]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     if skipped:
         o.md += ["## Skipped runs", ""] + [f"- `{p}`: {why}" for p, why in skipped] + [""]

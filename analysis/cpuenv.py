@@ -8,7 +8,7 @@ from collections import defaultdict
 import numpy as np
 
 from .output import color, variant_order
-from .stats import MODELS, steady
+from .stats import MODELS, median_range, steady
 
 # the ways to step a CPU env (--vectorization) and the JAX env, per framework: the corners
 CORNERS = ("torch_gymnasium", "torch_gymnasium-vector", "torch_gymnasium-envpool", "torch",
@@ -56,17 +56,6 @@ def paired(runs, a: str, b: str, tag: str) -> dict[tuple, np.ndarray]:
         if a in times and b in times:
             out[(env, config, model)].append(times[a] / times[b])
     return {key: np.array(ratios) for key, ratios in out.items()}
-
-
-def median_range(values, ratio=False) -> str:
-    """The median and the range over the repeats behind it: '0.108 (0.0951–0.118, n = 5)' for
-    seconds, '1.23x (1.10–1.40, n = 5)' for a ratio."""
-    values = np.asarray(values, float)
-    show = (lambda x: f"{x:.2f}") if ratio else (lambda x: f"{x:.3g}")
-    unit = "x" if ratio else ""
-    if len(values) == 1:
-        return f"{show(values[0])}{unit} (n = 1)"
-    return f"{show(np.median(values))}{unit} ({show(values.min())}–{show(values.max())}, n = {len(values)})"
 
 
 def plot_cpuenv(runs, variants, out):

@@ -55,6 +55,17 @@ def models_in(runs) -> list[str]:
     return [m for m in MODELS if any(r.model == m for r in runs)]
 
 
+def median_range(values, ratio=False) -> str:
+    """The median and the range over the repeats behind it: '0.108 (0.0951–0.118, n = 5)' for
+    seconds, '1.23x (1.10–1.40, n = 5)' for a ratio."""
+    values = np.asarray(values, float)
+    show = (lambda x: f"{x:.2f}") if ratio else (lambda x: f"{x:.3g}")
+    unit = "x" if ratio else ""
+    if len(values) == 1:
+        return f"{show(values[0])}{unit} (n = 1)"
+    return f"{show(np.median(values))}{unit} ({show(values.min())}–{show(values.max())}, n = {len(values)})"
+
+
 # ---- ratios between variants
 def geomean(x) -> float:
     return float(np.exp(np.mean(np.log(x))))

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from analysis import cpuenv, docs, runs, stats
+from analysis import agents, cpuenv, docs, runs, stats
 from helpers import ROOT, TINY
 
 SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",
@@ -180,6 +180,41 @@ def test_cpu_env_experiments_by_hand(tmp_path):
     assert "| CartPole-v1 | env-vector | 20,480 | 40,960 | 51,200 | 32 |" in report
     for chart in ("cpuenv_2x2", "envscale"):
         assert (out / f"{chart}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({chart}.png)" in report
+
+
+def test_agents_experiment_by_hand(tmp_path):
+    """Time per agent (a run's steady time over its N), paired by repeat, against Linen's batched
+    agents at the same N and against one agent per process, on runs whose durations are known."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    # seconds per iteration per agent (times ITERATIONS, whose steady part is 0.5): Linen's agents
+    # 1 at every N, torch's 3 alone and 2 at N = 4 (5 in repeat 3); one agent per process: 1.5 and 3
+    per_agent = {("linen_agents", 1): 1.0, ("linen_agents", 4): 1.0, ("torch_agents", 1): 3.0, ("torch_agents", 4): 2.0,
+                 ("linen", None): 1.5, ("torch", None): 3.0}
+    for seed in (1, 2, 3):
+        for (variant, n), seconds in per_agent.items():
+            seconds = 5.0 if (seed, variant, n) == (3, "torch_agents", 4) else seconds
+            folder = runs_dir / "agents" / f"r{seed}" / (f"n{n}" if n else "single")
+            fake_run(folder, variant, "CartPole-v1", "small", seed, 10.0, [x * seconds * (n or 1) for x in ITERATIONS],
+                     synced=True, **({"num_agents": n} if n else {}))
+    out.mkdir()
+    (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5}))
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    assert {r.experiment for r in loaded} == {"agents"}
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "| CartPole-v1 | 4 | 0.5 (0.5–0.5, n = 3) | not run | 1 (1–2.5, n = 3) | not run |" in report
+    assert "| CartPole-v1 | one per process | 0.75 (0.75–0.75, n = 3) | not run | 1.5 (1.5–1.5, n = 3) | not run |" \
+        in report
+    # torch / linen at N; linen alone / linen's agents; torch alone / torch's agents
+    assert ("| CartPole-v1 | 1 | – | 3.00x (3.00–3.00, n = 3) | – | 1.50x (1.50–1.50, n = 3) | "
+            "1.00x (1.00–1.00, n = 3) | – |") in report
+    assert ("| CartPole-v1 | 4 | – | 2.00x (2.00–5.00, n = 3) | – | 1.50x (1.50–1.50, n = 3) | "
+            "1.50x (0.60–1.50, n = 3) | – |") in report
+    assert agents.headline_rows(loaded) == [
+        ["4 agents in one process, CartPole-v1, time per agent: PyTorch (torch.func) / Linen (jax.vmap)",
+         "2.00x (2.00–5.00, n = 3)"]]
+    assert (out / "agents.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(agents.png)" in report
 
 
 def test_runs_on_different_devices_are_never_paired(tmp_path):
