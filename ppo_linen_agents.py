@@ -107,6 +107,11 @@ def variant_name(args: Args) -> str:
     return "linen_agents" if args.jit else "linen_agents-nojit"
 
 
+def agent_seeds(args: Args):
+    """Agent i's seed, seed + i: it draws everything ppo_linen.py --seed seed+i draws."""
+    return args.seed + jnp.arange(args.num_agents)
+
+
 # %% environment helpers
 NEEDS_DOWNLOAD = ("MNISTBandit-bsuite",)  # fetches its data set when constructed
 
@@ -541,7 +546,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     # agent i draws what ppo_linen.py --seed seed+i draws: every agent its own keys, weights and envs.
     # The reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
     # it runs once, so XLA compiles it without optimizing it, in half the time
-    seeds = args.seed + jnp.arange(args.num_agents)
+    seeds = agent_seeds(args)
     once = jax.jit(jax.vmap(setup)).lower(seeds).compile({"xla_backend_optimization_level": 0})
     train_state, runner, shuffle_key = once(seeds)
     if saved is not None:
@@ -624,7 +629,7 @@ def main():
         returns = []
         if args.eval_episodes:  # fresh envs, from a key that training never draws: agent i's from seed + i
             evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes)
-            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(args.seed + jnp.arange(args.num_agents))
+            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(agent_seeds(args))
             returns = jax.jit(jax.vmap(evaluate_fn))(train_state, keys)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json

@@ -113,6 +113,11 @@ def variant_name(args: Args) -> str:
     return ("torch_agents_compile" if args.compile else "torch_agents") + ("" if args.jit_env else "-nojitenv")
 
 
+def agent_seeds(args: Args):
+    """Agent i's seed, seed + i: it draws everything ppo_torch.py --seed seed+i draws."""
+    return args.seed + jnp.arange(args.num_agents)
+
+
 # %% environment helpers
 NEEDS_DOWNLOAD = ("MNISTBandit-bsuite",)  # fetches its data set when constructed
 
@@ -630,7 +635,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     # The environments' reset as one compiled call, not dozens of op-by-op compilations; it runs
     # once, so XLA compiles it without optimizing it, in half the time
     reset = jax.jit(jax.vmap(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs)))
-    seeds = args.seed + jnp.arange(args.num_agents)
+    seeds = agent_seeds(args)
     obs, env_state = reset.lower(seeds).compile({"xla_backend_optimization_level": 0})(seeds)
     model, params, optimizer, generators = make_agents(obs.shape[2], env.action_space(env_params).n, args, device)
     if saved is not None:
@@ -720,7 +725,7 @@ def main():
         summary["saved_model"] = save_model(run_dir, params, optimizer, args) if args.save_model else None
         returns = []
         if args.eval_episodes:  # fresh envs, from a key that training never draws: agent i's from seed + i
-            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(args.seed + jnp.arange(args.num_agents))
+            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(agent_seeds(args))
             returns = evaluate(model, params, keys, env, env_params, args.eval_episodes)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json

@@ -39,15 +39,32 @@ def test_full_schedule():
     # cpuenv: the 7 envs with a CPU twin x {torch, linen} x (the JAX env, sync, and vector on CartPole,
     # envpool on the 3 classic-control envs) x 2 sizes x 2 batch shapes = (8 + 2 * 6 + 4 * 4) x 4;
     # envscale: (CartPole's 8 + Breakout's 4 variants, and each env alone: CartPole 4 ways, Breakout 2)
-    # x 9 counts
+    # x 9 counts; agents: CartPole-v1 and Breakout-MinAtar x (4 batched variants x 4 counts + 4 single-agent)
     assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 144,
-                                     "envscale": (8 + 4 + 4 + 2) * 9}
+                                     "envscale": (8 + 4 + 4 + 2) * 9, "agents": 2 * (4 * 4 + 4)}
     assert all("--sync-timing" in line for line in lines
                if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")) and "env_alone.py" not in line)
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
     assert len(set(lines)) == len(lines)
     assert "python ppo_torch.py --no-jit-env --env-id Freeway-MinAtar --model small --seed 1 " \
            "--log-dir runs/exp2/r1 --sync-timing" in "\n".join(lines)
+
+
+def test_agents_runs_each_count_in_its_folder_and_the_baseline_once():
+    lines = planned("agents", "--agent-counts", "2,8", "--iterations", "10")
+    batched = [line for line in lines if "_agents.py" in line]
+    assert len(batched) == 2 * 4 * 2 and len(lines) == len(batched) + 2 * 4
+    for n in (2, 8):
+        at_n = [line for line in batched if f"--log-dir runs/agents/r1/n{n} " in line]
+        assert len(at_n) == 8 and all(line.endswith(f"--sync-timing --num-agents {n} --num-iterations 10")
+                                      for line in at_n)
+    assert sum("ppo_torch_agents.py --compile" in line for line in batched) == 4
+    single = [line for line in lines if line not in batched]
+    assert all("--log-dir runs/agents/r1/single --sync-timing" in line for line in single)
+    assert {line.split()[3] for line in single} == {"ppo_linen.py", "ppo_nnx.py", "ppo_torch.py",
+                                                     "ppo_torch_compile.py"}
+    proc = bench("agents", "--agent-counts", "0", "--dry-run")
+    assert proc.returncode == 2 and "--agent-counts must be positive integers" in proc.stderr
 
 
 def test_envscale_keeps_the_minibatch_and_a_folder_per_count():
