@@ -469,6 +469,12 @@ class TorchAgents(Torch):
         tensor_of = lambda a: lambda name: self.params[name.split(".", 1)[0]][name.split(".", 1)[1]][a].clone()
         return [self.canonical(tensor_of(a)) for a in range(self.args.num_agents)]
 
+    def save(self, run_dir):
+        return self.m.save_model(str(run_dir), self.params, self.optimizer, self.args)
+
+    def load(self, path):
+        self.m.restore(self.params, self.optimizer, self.m.read_model(str(path), self.args))
+
 
 @functools.cache
 def compiled_torch_agents_module():

@@ -5,7 +5,8 @@
 - from identical weights and a batch of its own each, consecutive update() calls leave each
   agent's weights where the NumPy reference leaves that agent alone: one agent's gradient never
   clips another's, nor do its advantages normalize another's, nor its Adam moments step another;
-- a saved run reloads with its num_agents and evaluates every agent alike; bad seeds refused."""
+- a saved run goes on where each agent stopped (its weights and Adam state), reloads with its
+  num_agents and evaluates every agent alike; seeds past what every framework takes refused."""
 
 import dataclasses
 
@@ -15,6 +16,7 @@ import reference as ref
 from adapters import adapter_for
 from helpers import AGENT_SCRIPTS, TINY, load, read_json, run, run_ok, scalars
 from test_equivalence import ATOL_WEIGHTS, EPOCHS, STEPS, UPDATES, minibatches_of, random_batch, update_args
+from test_saving import update_args as saving_args
 
 SINGLE = {"ppo_linen_agents.py": "ppo_linen.py", "ppo_nnx_agents.py": "ppo_nnx.py",
           "ppo_torch_agents.py": "ppo_torch.py"}  # the single-agent script each one batches
@@ -63,12 +65,13 @@ def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, si
     assert logged["charts/learning_rate"] == single_runs(SINGLE[script], SEED)["charts/learning_rate"]
 
 
-def agent_batches(rng, weights) -> list[list[dict]]:
+def agent_batches(rng, weights, size=None) -> list[list[dict]]:
     """Per agent, per update() call, a batch of its own: agent 0's gradient norms are above
     max_grad_norm, then below; agent 1's the other way round; agent 2's advantages sit far
     from the others' (a normalization over all agents' rows would move every agent's)."""
     errors = [(4.0, 0.05), (0.05, 4.0), (4.0, 4.0)]
-    batches = [[random_batch(rng, weights, e) for e in errors[a]] for a in range(NUM_AGENTS)]
+    batches = [[random_batch(rng, weights, e, **({"size": size} if size else {})) for e in errors[a]]
+               for a in range(NUM_AGENTS)]
     for batch in batches[2]:
         batch["advantages"] = batch["advantages"] * 3 + 5
     return batches
@@ -89,6 +92,28 @@ def test_each_agent_updates_as_the_reference_alone(script, toggles):
         expected = ref.optimizer_steps(weights, minibatches_of(batches[a], perms[a::NUM_AGENTS]), args, STEPS)[-1].weights
         np.testing.assert_allclose(ref.flat(after[a]), ref.flat(expected), rtol=0, atol=ATOL_WEIGHTS,
                                    err_msg=f"{script}: agent {a} after {UPDATES} update() calls")
+
+
+@pytest.mark.parametrize("script", AGENT_SCRIPTS)
+def test_a_saved_run_goes_on_where_each_agent_stopped(script, tmp_path):
+    """Saved after one update, loaded into other weights: the next update leaves each agent where
+    the reference leaves it when that agent's Adam moments and step count go on and the schedule
+    starts again (one full-batch step per update, as in test_saving.py)."""
+    rng = np.random.default_rng(0)
+    weights = ref.random_weights(rng, 4, (64, 64), 2)
+    batches = agent_batches(rng, weights, size=256)
+    args = dataclasses.replace(saving_args(script), num_agents=NUM_AGENTS)
+    saving = adapter_for(script)(script, weights, args)
+    saving.update([batches[a][0] for a in range(NUM_AGENTS)], iteration=0)
+    saving.save(tmp_path)
+    loading = adapter_for(script)(script, ref.random_weights(np.random.default_rng(99), 4, (64, 64), 2), args)
+    loading.load(tmp_path)
+    after = loading.update([batches[a][1] for a in range(NUM_AGENTS)], iteration=0)
+    for a in range(NUM_AGENTS):
+        first = ref.optimizer_steps(weights, batches[a][:1], args, total_steps=2)[0]
+        second = ref.optimizer_steps(first.weights, batches[a][1:], args, total_steps=2, adam=first.adam)[0]
+        np.testing.assert_allclose(ref.flat(after[a]), ref.flat(second.weights), rtol=0, atol=ATOL_WEIGHTS,
+                                   err_msg=f"{script}: agent {a}, the first update after loading")
 
 
 @pytest.mark.parametrize("script", AGENT_SCRIPTS)
