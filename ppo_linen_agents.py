@@ -27,6 +27,9 @@ from functools import partial
 from importlib import metadata
 from typing import Literal, NamedTuple
 
+# XLA's CPU runtime can wedge in its multi-threaded Eigen pool on vmapped programs (jax 0.10.2: about one
+# run in ten of these scripts hung here); single-threaded Eigen avoids it. Set before JAX starts.
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
 import flax.linen as nn
 import gymnax
 import jax
