@@ -27,9 +27,6 @@ from functools import partial
 from importlib import metadata
 from typing import Literal, NamedTuple
 
-# XLA's CPU runtime can wedge in its multi-threaded Eigen pool on vmapped programs (jax 0.10.2: about one
-# run in ten of these scripts hung here); single-threaded Eigen avoids it. Set before JAX starts.
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -553,12 +550,14 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
         model, optimizer = make_model(init_key, obs.shape[1], env.action_space(env_params).n, args)
         return model, optimizer, Runner(runner_key, env_state, obs), shuffle_key
 
-    # agent i draws what ppo_nnx.py --seed seed+i draws: every agent its own keys, weights and envs.
-    # The reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
-    # it runs once, so XLA compiles it without optimizing it, in half the time
-    seeds = agent_seeds(args)
-    once = nnx.jit(nnx.vmap(setup)).lower(seeds).compile({"xla_backend_optimization_level": 0})
-    model, optimizer, runner, shuffle_key = once(seeds)
+    # the reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
+    # it runs once per agent, so XLA compiles it without optimizing it, in half the time. Agent i is
+    # made as ppo_nnx.py --seed seed+i makes it, then the agents (NNX objects are pytrees) are stacked
+    # along a leading axis (not vmapped: XLA's CPU runtime can deadlock running the orthogonal init's
+    # QR batched)
+    once = nnx.jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})
+    made = [once(int(seed)) for seed in agent_seeds(args)]
+    model, optimizer, runner, shuffle_key = jax.tree.map(lambda *xs: jnp.stack(xs), *made)
     if saved is not None:
         restore(model, optimizer, saved)
     # the single-agent functions over the leading agent axis of every array and object they take

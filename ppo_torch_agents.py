@@ -32,9 +32,6 @@ from importlib import metadata
 from typing import Literal, NamedTuple
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
-# XLA's CPU runtime can wedge in its multi-threaded Eigen pool on vmapped programs (jax 0.10.2: about one
-# run in ten of these scripts hung here); single-threaded Eigen avoids it. Set before JAX starts.
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
 import gymnax
 import jax
 import jax.numpy as jnp
