@@ -225,7 +225,10 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
+  if [[ ${#variant_filter[@]} -gt 0 && $exp == agents ]]; then  # agents: each list keeps its listed variants
+    local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
+    variants=("${kept[@]}")
+  elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
   if [[ ${#model_filter[@]} -gt 0 && $exp != warmup && ${models[*]} != none ]]; then
     local kept=(); for m in "${model_filter[@]}"; do contains "$m" "${models[@]}" && kept+=("$m"); done
     models=("${kept[@]}")

@@ -63,6 +63,9 @@ def test_agents_runs_each_count_in_its_folder_and_the_baseline_once():
     assert all("--log-dir runs/agents/r1/single --sync-timing" in line for line in single)
     assert {line.split()[3] for line in single} == {"ppo_linen.py", "ppo_nnx.py", "ppo_torch.py",
                                                      "ppo_torch_compile.py"}
+    # --variants keeps the listed ones of each list: batched at each N, single-agent once
+    kept = planned("agents", "--variants", "linen_agents,torch", "--agent-counts", "2", "--envs", "CartPole-v1")
+    assert [line.split()[3] for line in sorted(kept)] == ["ppo_linen_agents.py", "ppo_torch.py"]
     proc = bench("agents", "--agent-counts", "0", "--dry-run")
     assert proc.returncode == 2 and "--agent-counts must be positive integers" in proc.stderr
 
