@@ -152,22 +152,45 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-@pytest.mark.parametrize("case", BAD_INPUTS)
-def test_bad_input(script, case, tmp_path):
+def bad_input(script: str, case: str) -> tuple[list[str], list[str]]:
+    """The arguments of a bad-input case and the words its error must say, for this script."""
     args, words = BAD_INPUTS[case]
     if args[0] == "--env-id":  # the Gymnasium scripts refuse every id without a CPU twin alike
         if script not in GYMNASIUM_SCRIPTS and case == "no CPU twin":
             pytest.skip("a Gymnax env the Gymnax scripts run")
         if script in GYMNASIUM_SCRIPTS:
             words = [args[1], *BAD_INPUTS["no CPU twin"][1][1:]]
-    log_dir = tmp_path / "runs"
-    proc = run(script, *args, log_dir=log_dir)  # a --log-dir in args comes later: it wins
-    assert proc.returncode == 2, proc.stderr[-2000:]
+    return args, words
+
+
+def check_refusal(code, stderr: str, words: list[str], log_dir):
+    assert code == 2, stderr[-2000:]
     for word in words:
-        assert word in proc.stderr, f"{word!r} not in: {proc.stderr[-2000:]}"
-    assert "Traceback" not in proc.stderr
+        assert word in stderr, f"{word!r} not in: {stderr[-2000:]}"
+    assert "Traceback" not in stderr
     assert not log_dir.exists() or not any(log_dir.iterdir()), "a bad run left files behind"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input(script, case, tmp_path, monkeypatch, capsys):
+    """Each case through the script's own main(), in this process (a subprocess per case would
+    cost the suite minutes; test_bad_input_in_a_fresh_process runs one case as a user does)."""
+    args, words = bad_input(script, case)
+    log_dir = tmp_path / "runs"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("sys.argv", [script, "--log-dir", str(log_dir), *args])  # a later --log-dir wins
+    with pytest.raises(SystemExit) as exit_info:
+        load(script).main()
+    check_refusal(exit_info.value.code, capsys.readouterr().err, words, log_dir)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bad_input_in_a_fresh_process(script, tmp_path):
+    args, words = bad_input(script, "unknown env")
+    log_dir = tmp_path / "runs"
+    proc = run(script, *args, log_dir=log_dir)
+    check_refusal(proc.returncode, proc.stderr, words, log_dir)
 
 
 # every numeric argument's range: (bad values, edge values that are fine)
