@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import tyro
+from craftax.craftax_env import make_craftax_env_from_name
 from flax import serialization
 from flax.training.train_state import TrainState
 from gymnax.environments import spaces
@@ -114,6 +115,8 @@ def agent_seeds(args: Args):
 
 # %% environment helpers
 NEEDS_DOWNLOAD = ("MNISTBandit-bsuite",)  # fetches its data set when constructed
+CRAFTAX_IDS = ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")  # flat observations: the MLP's input
+CRAFTAX_RESET_RATIO = 16  # envs per fresh Craftax world made each step (the Craftax baselines' optimistic resets)
 
 
 def fail(message: str):
@@ -133,13 +136,19 @@ def unsupported(env, env_params) -> str | None:
 
 def supported_env_ids() -> list[str]:
     ids = [e for e in gymnax.registered_envs if e not in NEEDS_DOWNLOAD]
-    return [e for e in ids if not unsupported(*gymnax.make(e))]
+    return [e for e in ids if not unsupported(*gymnax.make(e))] + list(CRAFTAX_IDS)
 
 
 def make_env(env_id: str):
-    """The Gymnax env and its params, or exit 2 if this benchmark cannot run it."""
+    """The Gymnax (or Craftax) env and its params, or exit 2 if this benchmark cannot run it."""
+    if env_id in CRAFTAX_IDS:
+        env = make_craftax_env_from_name(env_id, auto_reset=False)  # resets are env_step's (optimistic)
+        return env, env.default_params
+    if env_id.startswith("Craftax"):
+        fail(f"env_id {env_id!r} is not run here; the Craftax envs: {', '.join(CRAFTAX_IDS)} "
+             "(symbolic: flat observations; the pixel variants would need a CNN)")
     if env_id not in gymnax.registered_envs or env_id in NEEDS_DOWNLOAD:
-        why = "needs a network download" if env_id in NEEDS_DOWNLOAD else "is not a Gymnax env id"
+        why = "needs a network download" if env_id in NEEDS_DOWNLOAD else "is not a Gymnax or Craftax env id"
         fail(f"env_id {env_id!r} {why}; supported: {', '.join(supported_env_ids())}")
     env, env_params = gymnax.make(env_id)
     if why := unsupported(env, env_params):
@@ -177,19 +186,47 @@ def env_reset(key, env, env_params, num_envs):
     return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
 
 
+def craftax_step(key, env_state, action, env, env_params, num_envs):
+    """Craftax makes a new world on every step of every env and keeps it if the env finished. Instead
+    (as the Craftax baselines do): step without auto-reset, make one world per CRAFTAX_RESET_RATIO envs,
+    and give the k-th env that finished (by index) world k mod the number made. So envs finishing in
+    the same step start distinct worlds, unless more finish than worlds were made: then some share."""
+    step_key, reset_key = jax.random.split(key)
+    final_obs, stepped, reward, done, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(step_key, num_envs), env_state, action, env_params)
+    num_worlds = -(-num_envs // CRAFTAX_RESET_RATIO)
+    new_obs, new_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_worlds), env_params)
+    world = (jnp.cumsum(done) - 1) % num_worlds
+
+    def reset_done(new, old):
+        return jnp.where(done.reshape(-1, *[1] * (old.ndim - 1)), new[world], old)
+
+    # Craftax's done includes its time limit: that is a truncation, the rest (death, lava, the boss) is not
+    terminated = jax.vmap(env.is_terminal, in_axes=(0, None))(
+        stepped, env_params.replace(max_timesteps=jnp.iinfo(jnp.int32).max))
+    return (reset_done(new_obs, final_obs), jax.tree.map(reset_done, new_state, stepped), reward,
+            terminated, done & ~terminated, final_obs)
+
+
+def gymnax_step(key, env_state, action, env, env_params, num_envs):
+    """Every env steps and auto-resets on its own; the observation before the reset is in info."""
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(key, num_envs), env_state, action, env_params)
+    return obs, env_state, reward, terminated, truncated, info["final_observation"]
+
+
 def env_step(state: EnvState, action, env, env_params, num_envs):
     """Steps every env (auto-reset) and keeps the episode statistics on device."""
     key, step_key = jax.random.split(state.key)
-    obs, env_state, reward, terminated, truncated, info = jax.vmap(
-        env.step, in_axes=(0, 0, 0, None)
-    )(jax.random.split(step_key, num_envs), state.env, action, env_params)
+    vector_step = craftax_step if env.name.startswith("Craftax") else gymnax_step
+    obs, env_state, reward, terminated, truncated, final_obs = vector_step(
+        step_key, state.env, action, env, env_params, num_envs)
     reward = reward.astype(jnp.float32)
     done = terminated | truncated
     episode_return = state.episode_return + reward
     episode_length = state.episode_length + 1
     step = EnvStep(
-        flatten_obs(obs, num_envs), reward, terminated, truncated,
-        flatten_obs(info["final_observation"], num_envs),
+        flatten_obs(obs, num_envs), reward, terminated, truncated, flatten_obs(final_obs, num_envs),
         jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0),
     )
     state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length))
@@ -414,7 +451,7 @@ def update(train_state: TrainState, batch: Batch, shuffle_key, args: Args):
 # %% training loop with logging
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch"):
+    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch"):
         try:
             found[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
