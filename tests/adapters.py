@@ -11,6 +11,14 @@ from helpers import load
 from reference import NETS
 
 
+def jitted_reset(m, env, env_params, num_envs):
+    """A Gymnax script's env_reset, jitted as the script jits it (Craftax's state holds a key,
+    which only a traced env_reset can cast)."""
+    import jax
+
+    return jax.jit(partial(m.env_reset, env=env, env_params=env_params, num_envs=num_envs))
+
+
 class Adapter:
     """What every framework's adapter offers; the subclasses fill in the framework's own calls."""
 
@@ -149,7 +157,7 @@ class Linen(Adapter):
         return np.asarray(logits)
 
     def run_rollout(self, env, env_params, env_key, runner_key, calls):
-        obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
+        obs, env_state = jitted_reset(self.m, env, env_params, self.args.num_envs)(env_key)
         runner = self.m.Runner(runner_key, env_state, obs)
         rollout = self.jitted_rollout(env, env_params)
         results = []
@@ -341,7 +349,7 @@ class Torch(Adapter):
     def run_rollout(self, env, env_params, env_key, runner_key, calls):
         import jax
 
-        obs, env_state = self.m.env_reset(env_key, env, env_params, self.args.num_envs)
+        obs, env_state = jitted_reset(self.m, env, env_params, self.args.num_envs)(env_key)
         runner = self.m.Runner(env_state, self.torch.from_dlpack(obs))
         env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs))
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))

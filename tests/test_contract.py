@@ -146,6 +146,8 @@ BAD_INPUTS = {
     "non-Box observations": (["--env-id", "FrozenLake-misc"], ["FrozenLake-misc", "Box", "CartPole-v1"]),
     "needs a download": (["--env-id", "MNISTBandit-bsuite"], ["MNISTBandit-bsuite", "download"]),
     "no CPU twin": (["--env-id", "DeepSea-bsuite"], ["DeepSea-bsuite", "no CPU twin", "Breakout-MinAtar"]),
+    "Craftax pixels": (["--env-id", "Craftax-Pixels-v1"], ["Craftax-Pixels-v1", "Craftax-Classic-Symbolic-v1",
+                                                          "Craftax-Symbolic-v1", "pixel"]),
     "bad model": (["--model", "huge"], ["huge", "small", "medium", "large"]),
     "minibatches do not divide": (["--num-minibatches", "7"], ["num_minibatches", "7", "8192"]),
     "non-positive size": (["--num-envs", "0"], ["num_envs", "positive"]),

@@ -10,6 +10,7 @@ reset in the step its episode ends. Every rollout is two consecutive rollout() c
 runner (env state, episode statistics) carried across as the script carries it."""
 
 import dataclasses
+from functools import partial
 
 import numpy as np
 import pytest
@@ -47,6 +48,41 @@ def gymnax_envs(script):
             o, states[i], reward, terminated, truncated, info = env.step(k, states[i], int(actions[i]), env_params)
             out.append((flatten(o), float(reward), bool(terminated), bool(truncated),
                         flatten(info["final_observation"])))
+        return out
+
+    return (env, env_params, env_key), first_obs, step
+
+
+def craftax_envs(script, env_id):
+    """Craftax, made by the script's own make_env, each env stepped alone without auto-reset, and
+    the envs that finished given fresh worlds as the scripts give them: worlds made from the step
+    key's second half, one per CRAFTAX_RESET_RATIO envs, the k-th finished env (by index) world k
+    mod their number. Craftax's done includes its time limit: that part is a truncation."""
+    import jax
+
+    m = load(script)
+    env, env_params = m.make_env(env_id)
+    env_params = env_params.replace(max_timesteps=TIME_LIMIT)
+    is_terminal = jax.jit(partial(env.is_terminal, params=env_params.replace(max_timesteps=2**31 - 1)))
+    num_worlds = -(-NUM_ENVS // m.CRAFTAX_RESET_RATIO)
+    env_key = jax.random.key(3)
+    key, reset_key = jax.random.split(env_key)
+    resets = [env.reset(k, env_params) for k in jax.random.split(reset_key, NUM_ENVS)]
+    first_obs, states = [flatten(o) for o, _ in resets], [s for _, s in resets]
+
+    def step(t, actions):
+        nonlocal key
+        key, step_key = jax.random.split(key)
+        step_key, world_key = jax.random.split(step_key)
+        worlds = [env.reset(k, env_params) for k in jax.random.split(world_key, num_worlds)]
+        out, finished = [], 0
+        for i, k in enumerate(jax.random.split(step_key, NUM_ENVS)):
+            o, states[i], reward, done, _ = env.step(k, states[i], int(actions[i]), env_params)
+            terminated, final = bool(is_terminal(states[i])), flatten(o)
+            if done:
+                o, states[i] = worlds[finished % num_worlds]
+                finished += 1
+            out.append((flatten(o), float(reward), terminated, bool(done) and not terminated, final))
         return out
 
     return (env, env_params, env_key), first_obs, step
@@ -117,18 +153,29 @@ def sharpen(weights):
     weights["actor"][-1] = (kernel * SHARP, bias)
 
 
-CASES = [(s, "CartPole-v1") for s in SCRIPTS] + [(s, "Breakout-MinAtar") for s in GYMNASIUM_SCRIPTS]
+GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]
+CRAFTAX = "Craftax-Classic-Symbolic-v1"  # (the full game steps alike through the same helper, and compiles slower)
+CASES = ([(s, "CartPole-v1") for s in SCRIPTS] + [(s, "Breakout-MinAtar") for s in GYMNASIUM_SCRIPTS]
+         + [(s, CRAFTAX) for s in GYMNAX_SCRIPTS])
 
 
 @pytest.mark.parametrize("policy", ["soft", "sharp"])
 @pytest.mark.parametrize("script,env_id", CASES)
-def test_rollout_matches_step_by_step_reference(script, env_id, policy):
+def test_rollout_matches_step_by_step_reference(script, env_id, policy, monkeypatch):
     """Two consecutive rollout() calls, the runner carried across as the script carries it."""
     import jax
 
+    if env_id == CRAFTAX:
+        if policy == "sharp":
+            pytest.skip("Craftax compiles slowly: the soft policy only")
+        monkeypatch.setattr(load(script), "CRAFTAX_RESET_RATIO", 4)  # two fresh worlds per step for the 8 envs
     args = dataclasses.replace(load(script).Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
-    env_inputs, first_obs, step = gymnasium_envs(script, env_id) if script in GYMNASIUM_SCRIPTS else gymnax_envs(script)
-    num_actions = env_inputs[0].single_action_space.n if script in GYMNASIUM_SCRIPTS else 2
+    if script in GYMNASIUM_SCRIPTS:
+        env_inputs, first_obs, step = gymnasium_envs(script, env_id)
+        num_actions = env_inputs[0].single_action_space.n
+    else:
+        env_inputs, first_obs, step = craftax_envs(script, env_id) if env_id == CRAFTAX else gymnax_envs(script)
+        num_actions = env_inputs[0].action_space(env_inputs[1]).n
     weights = ref.random_weights(np.random.default_rng(2), len(first_obs[0]), (64, 64), num_actions)
     if policy == "sharp":
         sharpen(weights)
