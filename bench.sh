@@ -9,11 +9,11 @@ Usage: bash bench.sh [PRESET] [OPTIONS] [-- SCRIPT ARGS...]
 
 Presets (default: sweep)
   sweep        warm-up, Experiments 1, 2 and 3 (benchback-rl's whole schedule with our variants),
-               then the CPU-environment, env-scaling and many-agents experiments
+               then the CPU-environment, env-scaling, many-agents and expensive-env experiments
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive
                one part of the schedule alone
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
@@ -32,6 +32,9 @@ Presets (default: sweep)
              in subfolder n<N>) x small, --sync-timing; and the baseline a user has today, one
              agent per process (linen, nnx, torch, torch_compile, in subfolder single): N of
              them one after another cost N times one
+    expensive Craftax-Classic-Symbolic-v1 and Craftax-Symbolic-v1 x the frameworks as meant to
+             run x small and medium, --sync-timing, 20 iterations (or --iterations): does the
+             framework still matter when the env dominates? (each env's own step time: envtime)
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -40,7 +43,8 @@ Options
   --envs LIST        the envs of exp1 and exp2: a comma list of env ids, or benchback-rl (its 12,
                      default), extra (the Gymnax 1.0 envs it lacked), all; exp3 runs
                      only if the list has Acrobot-v1; cpuenv and envscale keep the listed
-                     envs that have a CPU twin; the warm-up always runs
+                     envs that have a CPU twin, expensive the listed Craftax envs; the warm-up
+                     always runs
   --variants LIST    comma list of variants (see below) to run instead of each experiment's own
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
   --experiments LIST comma list of experiments (a subset of the preset's)
@@ -97,6 +101,7 @@ ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envs
 AGENT_VARIANTS=(linen_agents nnx_agents torch_agents torch_agents_compile)  # agents: N in one process
 ONE_AGENT=(linen nnx torch torch_compile)                                   # agents: one per process
 AGENT_COUNTS=(1 4 16 64)
+CRAFTAX_ENVS=(Craftax-Classic-Symbolic-v1 Craftax-Symbolic-v1)             # expensive
 PYTHON=${PYTHON:-python}
 
 # the script and flags of a variant; the scripts name their run directories after it
@@ -179,10 +184,10 @@ if [[ -n $slurm_tasks ]]; then
 fi
 
 case $preset in
-  sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents) ;;
+  sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=10 ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents) experiments=("$preset") ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale or agents" ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive) experiments=("$preset") ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents or expensive" ;;
 esac
 if [[ -n $experiments_opt ]]; then
   for e in $(split "$experiments_opt"); do
@@ -200,8 +205,8 @@ case $envs_opt in
   *) env_filter=($(split "$envs_opt")) ;;
 esac
 for e in "${env_filter[@]}"; do
-  contains "$e" "${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}" ||
-    die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} (or benchback-rl, extra, all)"
+  contains "$e" "${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}" "${CRAFTAX_ENVS[@]}" ||
+    die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} ${CRAFTAX_ENVS[*]} (or benchback-rl, extra, all)"
 done
 variant_filter=($(split "$variants_opt"))
 for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"; done
@@ -219,8 +224,10 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale) ]]; then  # the listed twins
-    local kept=(); for e in "${env_filter[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && kept+=("$e"); done
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive) ]]; then
+    local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed Craftax envs
+    [[ $exp == expensive ]] && own=("${CRAFTAX_ENVS[@]}")
+    for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup ]]; then
     envs=("${env_filter[@]}")
@@ -294,6 +301,7 @@ for r in $(seq 1 "$repeats"); do
           add agents "$r" sync "n$n" "--num-agents,$n" "${agent_envs[@]}" -- "${AGENT_VARIANTS[@]}" -- small
         done
         add agents "$r" sync single - "${agent_envs[@]}" -- "${ONE_AGENT[@]}" -- small ;;
+      expensive) add expensive "$r" sync - "--num-iterations,${iterations:-20}" "${CRAFTAX_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium ;;
     esac
   done
   shuffle_from "$first" "$order_seed $r"
@@ -351,7 +359,7 @@ command_of() {
   cmd=("$PYTHON" "${script[@]}" --env-id "$env" "${model_args[@]}" --seed "$r" --log-dir "$slot")
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale ]] && cmd+=(--num-iterations "$iterations")  # envscale keeps its 4
+  [[ -n $iterations && $exp != envscale && $exp != expensive ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }

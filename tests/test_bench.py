@@ -39,9 +39,11 @@ def test_full_schedule():
     # cpuenv: the 7 envs with a CPU twin x {torch, linen} x (the JAX env, sync, and vector on CartPole,
     # envpool on the 3 classic-control envs) x 2 sizes x 2 batch shapes = (8 + 2 * 6 + 4 * 4) x 4;
     # envscale: (CartPole's 8 + Breakout's 4 variants, and each env alone: CartPole 4 ways, Breakout 2)
-    # x 9 counts; agents: CartPole-v1 and Breakout-MinAtar x (4 batched variants x 4 counts + 4 single-agent)
+    # x 9 counts; agents: CartPole-v1 and Breakout-MinAtar x (4 batched variants x 4 counts + 4 single-agent);
+    # expensive: the two Craftax envs x 6 variants x 2 sizes
     assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 144,
-                                     "envscale": (8 + 4 + 4 + 2) * 9, "agents": 2 * (4 * 4 + 4)}
+                                     "envscale": (8 + 4 + 4 + 2) * 9, "agents": 2 * (4 * 4 + 4),
+                                     "expensive": 2 * 6 * 2}
     assert all("--sync-timing" in line for line in lines
                if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")) and "env_alone.py" not in line)
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
@@ -68,6 +70,15 @@ def test_agents_runs_each_count_in_its_folder_and_the_baseline_once():
     assert [line.split()[3] for line in sorted(kept)] == ["ppo_linen_agents.py", "ppo_torch.py"]
     proc = bench("agents", "--agent-counts", "0", "--dry-run")
     assert proc.returncode == 2 and "--agent-counts must be positive integers" in proc.stderr
+
+
+def test_expensive_runs_twenty_iterations_unless_told():
+    lines = planned("expensive", "--envs", "CartPole-v1,Craftax-Symbolic-v1")  # only the Craftax env is kept
+    assert len(lines) == 6 * 2 and all("--env-id Craftax-Symbolic-v1 " in line for line in lines)
+    assert all(line.endswith("--sync-timing --num-iterations 20") for line in lines)
+    fewer = planned("expensive", "--iterations", "5", "--models", "small")
+    assert len(fewer) == 2 * 6 and all(line.endswith("--num-iterations 5") for line in fewer)
+    assert "Craftax-Symbolic-v1" in bench("expensive", "--envs", "Craftax-Pixels-v1", "--dry-run").stderr
 
 
 def test_envscale_keeps_the_minibatch_and_a_folder_per_count():
