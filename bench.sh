@@ -32,9 +32,10 @@ Presets (default: sweep)
              in subfolder n<N>) x small, --sync-timing; and the baseline a user has today, one
              agent per process (linen, nnx, torch, torch_compile, in subfolder single): N of
              them one after another cost N times one
-    expensive Craftax-Classic-Symbolic-v1 and Craftax-Symbolic-v1 x the frameworks as meant to
-             run x small and medium, --sync-timing, 20 iterations (or --iterations): does the
-             framework still matter when the env dominates? (each env's own step time: envtime)
+    expensive Craftax-Classic-Symbolic-v1 and Craftax-Symbolic-v1, and beside them in the same
+             shuffled session three cheap envs (CartPole-v1, Breakout-MinAtar, Asterix-MinAtar),
+             x the frameworks as meant to run x small and medium, --sync-timing, 20 iterations
+             (or --iterations): does the framework still matter when the env dominates?
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -43,8 +44,8 @@ Options
   --envs LIST        the envs of exp1 and exp2: a comma list of env ids, or benchback-rl (its 12,
                      default), extra (the Gymnax 1.0 envs it lacked), all; exp3 runs
                      only if the list has Acrobot-v1; cpuenv and envscale keep the listed
-                     envs that have a CPU twin, expensive the listed Craftax envs; the warm-up
-                     always runs
+                     envs that have a CPU twin, expensive its listed envs; the warm-up always
+                     runs
   --variants LIST    comma list of variants (see below) to run instead of each experiment's own
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
   --experiments LIST comma list of experiments (a subset of the preset's)
@@ -101,7 +102,8 @@ ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envs
 AGENT_VARIANTS=(linen_agents nnx_agents torch_agents torch_agents_compile)  # agents: N in one process
 ONE_AGENT=(linen nnx torch torch_compile)                                   # agents: one per process
 AGENT_COUNTS=(1 4 16 64)
-CRAFTAX_ENVS=(Craftax-Classic-Symbolic-v1 Craftax-Symbolic-v1)             # expensive
+CRAFTAX_ENVS=(Craftax-Classic-Symbolic-v1 Craftax-Symbolic-v1)
+EXPENSIVE_ENVS=(CartPole-v1 Breakout-MinAtar Asterix-MinAtar "${CRAFTAX_ENVS[@]}")  # cheap ones as the yardstick
 PYTHON=${PYTHON:-python}
 
 # the script and flags of a variant; the scripts name their run directories after it
@@ -225,8 +227,8 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
   elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive) ]]; then
-    local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed Craftax envs
-    [[ $exp == expensive ]] && own=("${CRAFTAX_ENVS[@]}")
+    local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's
+    [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup ]]; then
@@ -301,7 +303,7 @@ for r in $(seq 1 "$repeats"); do
           add agents "$r" sync "n$n" "--num-agents,$n" "${agent_envs[@]}" -- "${AGENT_VARIANTS[@]}" -- small
         done
         add agents "$r" sync single - "${agent_envs[@]}" -- "${ONE_AGENT[@]}" -- small ;;
-      expensive) add expensive "$r" sync - "--num-iterations,${iterations:-20}" "${CRAFTAX_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium ;;
+      expensive) add expensive "$r" sync - "--num-iterations,${iterations:-20}" "${EXPENSIVE_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium ;;
     esac
   done
   shuffle_from "$first" "$order_seed $r"

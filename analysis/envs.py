@@ -19,28 +19,44 @@ BENCHBACK_RL_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Discounting
 
 
 def measure_env_step(env_id: str, num_envs: int, steps: int) -> float:
-    """Seconds per step of num_envs envs (auto-reset included), best of 5, compile excluded."""
-    import gymnax
+    """Seconds per step of num_envs envs (resets included), best of 5, compile excluded: Gymnax's
+    own auto-resetting step, and for Craftax the scripts' (ppo_linen.py's env helpers: Craftax's
+    own auto-reset makes a new world every step, which no script pays)."""
     import jax
 
-    env, params = gymnax.make(env_id)
+    if env_id.startswith("Craftax"):
+        from env_alone import script
+
+        m = script("ppo_linen.py")
+        env, params = m.make_env(env_id)
+        reset = lambda key: m.env_reset(key, env, params, num_envs)[1]
+
+        def step(state, key, action):
+            state, out = m.env_step(state, action, env, params, num_envs)
+            return state, out.reward, out.obs
+    else:
+        import gymnax
+
+        env, params = gymnax.make(env_id)
+        reset = lambda key: jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), params)[1]
+
+        def step(state, key, action):
+            obs, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(key, num_envs), state, action, params)
+            return state, reward, obs
     n = env.action_space(params).n
 
     @jax.jit
     def run(key):
-        obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), params)
-
-        def step(carry, key):
+        def body(carry, key):
             state, total = carry
             act_key, step_key = jax.random.split(key)
-            action = jax.random.randint(act_key, (num_envs,), 0, n)
-            obs, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(step_key, num_envs), state, action, params)
+            state, reward, obs = step(state, step_key, jax.random.randint(act_key, (num_envs,), 0, n))
             return (state, total + reward.sum() + obs.sum()), None
 
         # Everything the step computes reaches the output: otherwise XLA drops what it can
         # (MountainCar's reward is a constant -1, and its whole physics was dead code).
-        return jax.lax.scan(step, (state, 0.0), jax.random.split(key, steps))[0]
+        return jax.lax.scan(body, (reset(key), 0.0), jax.random.split(key, steps))[0]
 
     jax.block_until_ready(run(jax.random.key(0)))
     best = math.inf

@@ -4,7 +4,7 @@ that README.md shows, generated like every other figure."""
 import json
 from collections import defaultdict
 
-from . import agents, cpuenv
+from . import agents, cpuenv, expensive
 from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import color, fmt, variant_order
 from .stats import MODELS, bucket_means, models_in, one_ratio, ratio_cell, steady, total_time
@@ -23,7 +23,7 @@ def study_section(runs, skipped, out):
             for (device, cpu, versions), n in sorted(seen.items(), key=lambda kv: -kv[1])]
     out.table("Machines and versions", ["runs", "device", "CPU", "versions"], rows, block="machines")
     rows = []
-    for exp in ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents"):
+    for exp in ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive"):
         for model in MODELS:
             sel = [r for r in runs if r.experiment == exp and r.model == model]
             if sel:
@@ -34,7 +34,7 @@ def study_section(runs, skipped, out):
               block="what-ran", note=f"{len(runs)} runs analysed, {len(skipped)} skipped.")
 
 
-def headline_section(exp1, cpuenv_runs, agent_runs, out):
+def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
     """README's table: each variant's steady-state time against Linen's at each model size."""
     models = models_in(exp1)
     variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
@@ -56,7 +56,7 @@ def headline_section(exp1, cpuenv_runs, agent_runs, out):
                      for v in (REFERENCE, "torch", "torch_compile")
                      if bucket_means(exp1, v, "small")]
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
-    rows += cpuenv.headline_rows(cpuenv_runs) + agents.headline_rows(agent_runs)
+    rows += cpuenv.headline_rows(cpuenv_runs) + agents.headline_rows(agent_runs) + expensive.headline_rows(expensive_runs)
     out.table("What else a user weighs (small model)", ["", "measured"], rows, block="headline-more")
     plot_headline(exp1, models, variants, out)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents")  # bench.sh's folders
+EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive")  # bench.sh's folders
 
 
 @dataclass
@@ -83,6 +83,8 @@ def experiment_of(run: Run) -> str:
         return named[-1]
     if "num_agents" in run.info["args"]:
         return "agents"
+    if run.env_id.startswith("Craftax"):
+        return "expensive"
     if run.info["args"].get("num_envs", 32) != 32:
         return "envscale"
     if run.variant.startswith(("torch_gymnasium", "linen_gymnasium")):

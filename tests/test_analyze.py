@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from analysis import agents, cpuenv, docs, runs, stats
+from analysis import agents, cpuenv, docs, expensive, runs, stats
 from helpers import ROOT, TINY
 
 SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",
@@ -17,7 +17,7 @@ SUMMARY_TIMES = ("time/startup", "time/iteration_0", "time/iteration_mean_1_7", 
 
 
 def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, device="cpu",
-             rollout_only=False, **args):
+             rollout_only=False, rollout_share=0.25, **args):
     """A run directory as the scripts write it, with the given durations (and arguments)."""
     from tensorboard.summary import Writer
 
@@ -41,8 +41,8 @@ def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False
         if rollout_only:  # env_alone.py: every iteration is a rollout
             writer.add_scalar("time/rollout", seconds, step)
         elif synced:
-            writer.add_scalar("time/rollout", seconds / 4, step)
-            writer.add_scalar("time/update", seconds * 3 / 4, step)
+            writer.add_scalar("time/rollout", seconds * rollout_share, step)
+            writer.add_scalar("time/update", seconds * (1 - rollout_share), step)
     writer.close()
     return run_dir
 
@@ -215,6 +215,33 @@ def test_agents_experiment_by_hand(tmp_path):
         ["4 agents in one process, CartPole-v1, time per agent: PyTorch (torch.func) / Linen (jax.vmap)",
          "2.00x (2.00–5.00, n = 3)"]]
     assert (out / "agents.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(agents.png)" in report
+
+
+def test_expensive_experiment_by_hand(tmp_path):
+    """The framework ratio and the rollout's share, env by env, cheapest env first, on runs whose
+    durations are known: PyTorch 3x Linen on CartPole, 1.1x on Craftax, where the rollout is 90%."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    seconds = {("linen", "CartPole-v1"): 1.0, ("torch", "CartPole-v1"): 3.0,  # times ITERATIONS (steady 0.5)
+               ("linen", "Craftax-Classic-Symbolic-v1"): 10.0, ("torch", "Craftax-Classic-Symbolic-v1"): 11.0}
+    for seed in (1, 2, 3):
+        for (variant, env), x in seconds.items():
+            fake_run(runs_dir / "expensive" / f"r{seed}", variant, env, "small", seed, 10.0, [t * x for t in ITERATIONS],
+                     synced=True, rollout_share=0.9 if env.startswith("Craftax") else 0.25)
+    out.mkdir()
+    (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Craftax-Classic-Symbolic-v1": 1e-3}))
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    assert {r.experiment for r in loaded} == {"expensive"}
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    # env, model, step time (µs), Linen's steady s/iter and rollout share, nnx nnx_cached equinox torch torch_compile
+    cartpole = "| CartPole-v1 | small | 10.0 | 0.500 | 0.250 | not run | not run | not run | 3.00x (3.00–3.00, n = 9) |"
+    craftax = "| Craftax-Classic-Symbolic-v1 | small | 1,000 | 5.00 | 0.900 | not run | not run | not run | 1.10x"
+    assert cartpole in report and craftax in report and report.index(cartpole) < report.index(craftax)
+    assert "| Craftax-Classic-Symbolic-v1 | small | torch | 3 | – | 5.50 | 4.95 | 0.550 | 0.900 |" in report
+    assert expensive.headline_rows(loaded) == [
+        ["expensive env, Craftax-Classic-Symbolic-v1: PyTorch, eager / Linen (whole iteration)", "1.10x (1.10–1.10, n = 9)"]]
+    assert (out / "expensive.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(expensive.png)" in report
 
 
 def test_runs_on_different_devices_are_never_paired(tmp_path):

@@ -40,10 +40,10 @@ def test_full_schedule():
     # envpool on the 3 classic-control envs) x 2 sizes x 2 batch shapes = (8 + 2 * 6 + 4 * 4) x 4;
     # envscale: (CartPole's 8 + Breakout's 4 variants, and each env alone: CartPole 4 ways, Breakout 2)
     # x 9 counts; agents: CartPole-v1 and Breakout-MinAtar x (4 batched variants x 4 counts + 4 single-agent);
-    # expensive: the two Craftax envs x 6 variants x 2 sizes
+    # expensive: the two Craftax envs and three cheap ones x 6 variants x 2 sizes
     assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 144,
                                      "envscale": (8 + 4 + 4 + 2) * 9, "agents": 2 * (4 * 4 + 4),
-                                     "expensive": 2 * 6 * 2}
+                                     "expensive": 5 * 6 * 2}
     assert all("--sync-timing" in line for line in lines
                if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")) and "env_alone.py" not in line)
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
@@ -73,11 +73,11 @@ def test_agents_runs_each_count_in_its_folder_and_the_baseline_once():
 
 
 def test_expensive_runs_twenty_iterations_unless_told():
-    lines = planned("expensive", "--envs", "CartPole-v1,Craftax-Symbolic-v1")  # only the Craftax env is kept
+    lines = planned("expensive", "--envs", "Acrobot-v1,Craftax-Symbolic-v1")  # Acrobot-v1 is not one of its envs
     assert len(lines) == 6 * 2 and all("--env-id Craftax-Symbolic-v1 " in line for line in lines)
     assert all(line.endswith("--sync-timing --num-iterations 20") for line in lines)
     fewer = planned("expensive", "--iterations", "5", "--models", "small")
-    assert len(fewer) == 2 * 6 and all(line.endswith("--num-iterations 5") for line in fewer)
+    assert len(fewer) == 5 * 6 and all(line.endswith("--num-iterations 5") for line in fewer)
     assert "Craftax-Symbolic-v1" in bench("expensive", "--envs", "Craftax-Pixels-v1", "--dry-run").stderr
 
 
@@ -154,7 +154,7 @@ def test_the_plan_file_records_the_order_and_its_seed(tmp_path):
 def test_filters():
     assert per_experiment(planned("sweep", "--envs", "CartPole-v1,Acrobot-v1", "--models", "small")) == \
         {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": (8 + 6) * 2, "envscale": (8 + 6 + 4 + 3) * 9,
-         "agents": 2 * (4 * 4 + 4)}
+         "agents": 2 * (4 * 4 + 4), "expensive": 6}
     lines = planned("exp2", "--variants", "linen,torch_compile")
     assert len(lines) == 24 and all("ppo_linen.py" in x or "ppo_torch_compile.py" in x for x in lines)
     assert len(planned("exp1", "--envs", "extra", "--models", "large")) == 7 * 6

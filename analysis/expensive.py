@@ -1,0 +1,113 @@
+"""Expensive environments (bench.sh expensive): the two Craftax envs and, in the same shuffled
+session, three cheap envs as the yardstick. Does the framework gap survive an env whose own step
+dominates? The x axis is each env's own step time (envtime: 32 envs, random actions), the y axis
+an iteration of each framework over Linen's (every pair of repeats of one env and size), and the
+rollout's share of an iteration says why."""
+
+import numpy as np
+
+from .output import color
+from .stats import median_range, pair_ratios, steady
+
+REFERENCE = "linen"
+OTHERS = ("nnx", "nnx_cached", "equinox", "torch", "torch_compile")
+ITERATION, ROLLOUT, UPDATE = (steady(tag) for tag in ("time/iteration", "time/rollout", "time/update"))
+
+
+def rollout_share(run) -> float | None:
+    rollout, update = ROLLOUT(run), UPDATE(run)
+    return None if rollout is None or update is None else rollout / (rollout + update)
+
+
+def median_of(runs, value) -> float | None:
+    values = [x for x in map(value, runs) if x is not None]
+    return float(np.median(values)) if values else None
+
+
+def first_iteration(run) -> float | None:
+    return run.summary.get("time/iteration_0")  # compilation (and the first rollout and update)
+
+
+def plot_expensive(runs, times, out):
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    small = [r for r in runs if r.model == "small"]
+    for v in OTHERS:
+        ratios = {env: x for (env, _), x in pair_ratios(small, v, REFERENCE, ITERATION).items()}
+        envs = sorted(ratios, key=times.get)
+        if envs:
+            x = [times[e] * 1e6 for e in envs]
+            mid = [np.median(ratios[e]) for e in envs]
+            spread = [[m - ratios[e].min() for e, m in zip(envs, mid)], [ratios[e].max() - m for e, m in zip(envs, mid)]]
+            left.errorbar(x, mid, yerr=spread, marker="o", ls="", capsize=2, color=color(v), label=f"{v} / {REFERENCE}")
+    left.axhline(1, color="grey", lw=0.8)
+    left.set(xscale="log", yscale="log", xlabel="env's own step time, 32 envs (µs)",
+             ylabel=f"iteration time / {REFERENCE}'s", title="framework ratio (median, range over repeat pairs)")
+    for v in (REFERENCE, "torch", "torch_compile"):
+        by_env = {e: median_of([r for r in small if r.variant == v and r.env_id == e], rollout_share)
+                  for e in sorted({r.env_id for r in small}, key=times.get)}
+        pts = [(times[e] * 1e6, s) for e, s in by_env.items() if s is not None]
+        if pts:
+            right.plot(*zip(*pts), marker="o", color=color(v), label=v)
+    right.set(xscale="log", ylim=(0, 1), xlabel="env's own step time, 32 envs (µs)",
+              ylabel="rollout / (rollout + update)", title="the rollout's share of an iteration")
+    craftax = [e for e in times if e.startswith("Craftax") and any(r.env_id == e for r in small)]
+    for ax in (left, right):
+        for e in craftax:
+            ax.axvline(times[e] * 1e6, color="grey", ls=":", lw=0.8)
+            ax.annotate(e.removesuffix("-Symbolic-v1"), (times[e] * 1e6, 0.02), xycoords=("data", "axes fraction"),
+                        rotation=90, fontsize=7, ha="right", va="bottom")
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    fig.suptitle("Expensive environments: the framework gap against the env's own cost (small model, synced)")
+    fig.tight_layout()
+    out.chart(fig, "expensive.png", "Left: each framework's iteration time over Linen's, one point per env, "
+              "cheapest env left, the two Craftax envs marked; right: how much of an iteration the rollout "
+              "takes. Where the env's step dominates the rollout and the rollout dominates the iteration, "
+              "every framework's ratio falls toward 1.")
+
+
+def expensive_section(runs, times, out):
+    out.heading("Expensive environments (Craftax)",
+                "Craftax-Classic-Symbolic-v1 and Craftax-Symbolic-v1 beside three cheap envs, run in one session "
+                "(bench.sh expensive: the scripts' batch of 32 envs x 256 steps, synced, each repeat's runs in a "
+                "shuffled order). Steady state: iterations 8..end.")
+    plot_expensive(runs, times, out)
+    keys = sorted({(r.env_id, r.model) for r in runs}, key=lambda k: (times[k[0]], k[1] != "small"))
+    ratios = {v: pair_ratios(runs, v, REFERENCE, ITERATION) for v in OTHERS}
+    rows = []
+    for env, model in keys:
+        linen = [r for r in runs if r.env_id == env and r.model == model and r.variant == REFERENCE]
+        rows.append([env, model, times[env] * 1e6, median_of(linen, ITERATION), median_of(linen, rollout_share),
+                     *(median_range(ratios[v][(env, model)], ratio=True) if (env, model) in ratios[v] else "not run"
+                       for v in OTHERS)])
+    out.table(f"The framework gap against the env's own cost: each variant's steady iteration over {REFERENCE}'s, "
+              "median (range, n repeat pairs); the env's step time (32 envs, random actions), Linen's steady "
+              "seconds per iteration and the rollout's share of it",
+              ["env", "model", "env step (µs)", "Linen s/iter", "Linen rollout share",
+               *(f"{v} / {REFERENCE}" for v in OTHERS)], rows, block="expensive-ratios")
+    rows = []
+    for env, model in keys:
+        if not env.startswith("Craftax"):
+            continue
+        for v in (REFERENCE, *OTHERS):
+            sel = [r for r in runs if r.env_id == env and r.model == model and r.variant == v]
+            if sel:
+                rows.append([env, model, v, len(sel), median_of(sel, first_iteration), median_of(sel, ITERATION),
+                             median_of(sel, ROLLOUT), median_of(sel, UPDATE), median_of(sel, rollout_share)])
+    out.table("Craftax: the first iteration (it compiles the env with the rest), then the steady iteration, "
+              "rollout and update (seconds) and the rollout's share; medians over repeats",
+              ["env", "model", "variant", "runs", "iteration 0", "iteration", "rollout", "update", "rollout share"],
+              rows, block="expensive-costs")
+
+
+def headline_rows(runs) -> list[list[str]]:
+    """README's expensive-env lines: PyTorch against Linen on each Craftax env, small model, from
+    at least three repeats."""
+    rows = []
+    for v, what in (("torch", "PyTorch, eager"), ("torch_compile", "PyTorch, torch.compile")):
+        for (env, model), ratios in sorted(pair_ratios(runs, v, REFERENCE, ITERATION).items()):
+            if env.startswith("Craftax") and model == "small" and len(ratios) >= 3:
+                rows.append([f"expensive env, {env}: {what} / Linen (whole iteration)", median_range(ratios, ratio=True)])
+    return rows
