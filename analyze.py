@@ -25,7 +25,7 @@ from analysis import docs
 from analysis.agents import agents_section
 from analysis.cpuenv import cpuenv_section, envscale_section
 from analysis.envs import BENCHBACK_RL_ENVS, complexity, env_times
-from analysis.expensive import expensive_section
+from analysis.expensive import craftax_learning_section, expensive_section
 from analysis.exp1 import section as exp1_section
 from analysis.exp2 import exp2_section, exp3_section
 from analysis.findings import findings_section
@@ -65,8 +65,8 @@ def report(args: Report) -> int:
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
-    exp1, exp2, exp3, cpuenv, envscale, agents, expensive = map(of, ("exp1", "exp2", "exp3", "cpuenv", "envscale",
-                                                                    "agents", "expensive"))
+    exp1, exp2, exp3, cpuenv, envscale, agents, expensive, craftax_learning = map(of, (
+        "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "craftax-learning"))
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, o)
     o.heading("The study")
@@ -89,11 +89,14 @@ def report(args: Report) -> int:
         agents_section(agents, o)
     if expensive:
         expensive_section(expensive, times, o)
+    if craftax_learning:
+        craftax_learning_section(craftax_learning, o)
     if exp1:
         findings_section(exp1, exp2, exp3, cx, o)
-    # learning parity: one agent per run, at the scripts' batch and length (not envscale's, the agent
-    # scripts' or expensive's 20 iterations)
-    if small := [r for r in runs if r.model == "small" and r.experiment not in ("envscale", "agents", "expensive")]:
+    # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
+    # envscale's, the agent scripts', nor Craftax's)
+    not_parity = ("envscale", "agents", "expensive", "craftax-learning")
+    if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     if skipped:
         o.md += ["## Skipped runs", ""] + [f"- `{p}`: {why}" for p, why in skipped] + [""]

@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import tyro
-from craftax.craftax_env import make_craftax_env_from_name
 from flax import serialization
 from flax.training.train_state import TrainState
 from gymnax.environments import spaces
@@ -133,6 +132,8 @@ def supported_env_ids() -> list[str]:
 def make_env(env_id: str):
     """The Gymnax (or Craftax) env and its params, or exit 2 if this benchmark cannot run it."""
     if env_id in CRAFTAX_IDS:
+        from craftax.craftax_env import make_craftax_env_from_name  # imported only for Craftax
+
         env = make_craftax_env_from_name(env_id, auto_reset=False)  # resets are env_step's (optimistic)
         return env, env.default_params
     if env_id.startswith("Craftax"):

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import tyro
-from craftax.craftax_env import make_craftax_env_from_name
 from gymnax.environments import spaces
 from rich.progress import Progress
 from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
@@ -137,6 +136,8 @@ def supported_env_ids() -> list[str]:
 def make_env(env_id: str):
     """The Gymnax (or Craftax) env and its params, or exit 2 if this benchmark cannot run it."""
     if env_id in CRAFTAX_IDS:
+        from craftax.craftax_env import make_craftax_env_from_name  # imported only for Craftax
+
         env = make_craftax_env_from_name(env_id, auto_reset=False)  # resets are env_step's (optimistic)
         return env, env.default_params
     if env_id.startswith("Craftax"):

@@ -1,5 +1,6 @@
 """Expensive environments (bench.sh expensive): the two Craftax envs and, in the same shuffled
-session, three cheap envs as the yardstick. Does the framework gap survive an env whose own step
+session, three cheap envs as the yardstick; and longer runs on Craftax that show the scripts
+learn it (folder craftax-learning). Does the framework gap survive an env whose own step
 dominates? The x axis is each env's own step time (envtime: 32 envs, random actions), the y axis
 an iteration of each framework over Linen's (every pair of repeats of one env and size), and the
 rollout's share of an iteration says why."""
@@ -111,3 +112,29 @@ def headline_rows(runs) -> list[list[str]]:
             if env.startswith("Craftax") and model == "small" and len(ratios) >= 3:
                 rows.append([f"expensive env, {env}: {what} / Linen (whole iteration)", median_range(ratios, ratio=True)])
     return rows
+
+
+def craftax_learning_section(runs, out):
+    """Longer runs on Craftax: does the return rise? First and last tenth of each run."""
+    import matplotlib.pyplot as plt
+
+    out.heading("Learning Craftax", "One longer run per framework family on Craftax (small model, the scripts' "
+                "defaults otherwise); the return is Craftax's reward, one point per achievement unlocked.")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    rows = []
+    for r in sorted(runs, key=lambda r: (r.env_id, r.variant)):
+        steps, returns, _ = r.series("charts/episodic_return")
+        if not len(steps):
+            continue
+        tenth = max(1, len(returns) // 10)
+        rows.append([r.env_id, r.variant, r.model, r.summary["num_iterations"], int(steps[-1]),
+                     float(np.mean(returns[:tenth])), float(np.mean(returns[-tenth:])), r.summary.get("time/total")])
+        ax.plot(steps, returns, color=color(r.variant), label=f"{r.variant}, {r.env_id}", lw=1)
+    ax.set(xlabel="env steps", ylabel="episodic return", title="Learning Craftax (one run each)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.chart(fig, "craftax_learning.png", "Episodic return against env steps on Craftax, one run per variant.")
+    out.table("Learning Craftax: the mean episodic return over the first and the last tenth of the logged "
+              "iterations, and the run's wall time (seconds)",
+              ["env", "variant", "model", "iterations", "env steps", "return, first tenth", "return, last tenth",
+               "wall time"], rows, block="craftax-learning")

@@ -7,6 +7,7 @@ from collections import defaultdict
 from . import agents, cpuenv, expensive
 from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import color, fmt, variant_order
+from .runs import EXPERIMENTS
 from .stats import MODELS, bucket_means, models_in, one_ratio, ratio_cell, steady, total_time
 
 STEADY = steady("time/iteration")
@@ -23,7 +24,7 @@ def study_section(runs, skipped, out):
             for (device, cpu, versions), n in sorted(seen.items(), key=lambda kv: -kv[1])]
     out.table("Machines and versions", ["runs", "device", "CPU", "versions"], rows, block="machines")
     rows = []
-    for exp in ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive"):
+    for exp in EXPERIMENTS:
         for model in MODELS:
             sel = [r for r in runs if r.experiment == exp and r.model == model]
             if sel:

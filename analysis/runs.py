@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive")  # bench.sh's folders
+EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive",  # bench.sh's folders
+               "craftax-learning")  # and the longer Craftax runs' (docs/results.md says how they ran)
 
 
 @dataclass

@@ -227,10 +227,12 @@ def test_expensive_experiment_by_hand(tmp_path):
         for (variant, env), x in seconds.items():
             fake_run(runs_dir / "expensive" / f"r{seed}", variant, env, "small", seed, 10.0, [t * x for t in ITERATIONS],
                      synced=True, rollout_share=0.9 if env.startswith("Craftax") else 0.25)
+    # a longer run in its own folder: its return climbs from 100 / 12 in the first iteration to 100
+    fake_run(runs_dir / "craftax-learning", "linen", "Craftax-Classic-Symbolic-v1", "small", 1, 30.0, ITERATIONS)
     out.mkdir()
     (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Craftax-Classic-Symbolic-v1": 1e-3}))
     loaded, _ = runs.find_runs([str(runs_dir)])
-    assert {r.experiment for r in loaded} == {"expensive"}
+    assert sorted({r.experiment for r in loaded}) == ["craftax-learning", "expensive"]
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
@@ -239,7 +241,8 @@ def test_expensive_experiment_by_hand(tmp_path):
     craftax = "| Craftax-Classic-Symbolic-v1 | small | 1,000 | 5.00 | 0.900 | not run | not run | not run | 1.10x"
     assert cartpole in report and craftax in report and report.index(cartpole) < report.index(craftax)
     assert "| Craftax-Classic-Symbolic-v1 | small | torch | 3 | – | 5.50 | 4.95 | 0.550 | 0.900 |" in report
-    assert expensive.headline_rows(loaded) == [
+    assert "| Craftax-Classic-Symbolic-v1 | linen | small | 12 | 98304 | 8.33 | 100 | 30.0 |" in report
+    assert expensive.headline_rows([r for r in loaded if r.experiment == "expensive"]) == [
         ["expensive env, Craftax-Classic-Symbolic-v1: PyTorch, eager / Linen (whole iteration)", "1.10x (1.10–1.10, n = 9)"]]
     assert (out / "expensive.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(expensive.png)" in report
 
