@@ -10,7 +10,7 @@ reset in the step its episode ends. Every rollout is two consecutive rollout() c
 runner (env state, episode statistics) carried across as the script carries it."""
 
 import dataclasses
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 import pytest
@@ -53,18 +53,27 @@ def gymnax_envs(script):
     return (env, env_params, env_key), first_obs, step
 
 
-def craftax_envs(script, env_id):
-    """Craftax, made by the script's own make_env, each env stepped alone without auto-reset, and
-    the envs that finished given fresh worlds as the scripts give them: worlds made from the step
-    key's second half, one per CRAFTAX_RESET_RATIO envs, the k-th finished env (by index) world k
-    mod their number. Craftax's done includes its time limit: that part is a truncation."""
+@cache
+def craftax_env(env_id):
+    """One Craftax env object for every script's reference loop: its jitted step and reset compile
+    once (tens of seconds), not once per script. The Gymnax scripts' environment helpers are one
+    text (tests/test_craftax.py), so ppo_linen.py's make_env makes what every script's makes."""
     import jax
 
-    m = load(script)
-    env, env_params = m.make_env(env_id)
-    env_params = env_params.replace(max_timesteps=TIME_LIMIT)
-    is_terminal = jax.jit(partial(env.is_terminal, params=env_params.replace(max_timesteps=2**31 - 1)))
-    num_worlds = -(-NUM_ENVS // m.CRAFTAX_RESET_RATIO)
+    env, env_params = load("ppo_linen.py").make_env(env_id)
+    return env, jax.jit(partial(env.is_terminal, params=env_params.replace(max_timesteps=2**31 - 1)))
+
+
+def craftax_envs(script, env_id):
+    """Craftax, each env stepped alone without auto-reset, and the envs that finished given fresh
+    worlds as the scripts give them: worlds made from the step key's second half, one per
+    CRAFTAX_RESET_RATIO envs, the k-th finished env (by index) world k mod their number. Craftax's
+    done includes its time limit: that part is a truncation."""
+    import jax
+
+    env, is_terminal = craftax_env(env_id)
+    env_params = env.default_params.replace(max_timesteps=TIME_LIMIT)
+    num_worlds = -(-NUM_ENVS // adapter_for(script).module(script).CRAFTAX_RESET_RATIO)  # the module that runs
     env_key = jax.random.key(3)
     key, reset_key = jax.random.split(env_key)
     resets = [env.reset(k, env_params) for k in jax.random.split(reset_key, NUM_ENVS)]
@@ -168,7 +177,8 @@ def test_rollout_matches_step_by_step_reference(script, env_id, policy, monkeypa
     if env_id == CRAFTAX:
         if policy == "sharp":
             pytest.skip("Craftax compiles slowly: the soft policy only")
-        monkeypatch.setattr(load(script), "CRAFTAX_RESET_RATIO", 4)  # two fresh worlds per step for the 8 envs
+        # two fresh worlds per step for the 8 envs, in the module the adapter runs (a private copy for torch_compile)
+        monkeypatch.setattr(adapter_for(script).module(script), "CRAFTAX_RESET_RATIO", 4)
     args = dataclasses.replace(load(script).Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
     if script in GYMNASIUM_SCRIPTS:
         env_inputs, first_obs, step = gymnasium_envs(script, env_id)
