@@ -31,6 +31,7 @@ def first_iteration(run) -> float | None:
 
 def plot_expensive(runs, times, out):
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     small = [r for r in runs if r.model == "small"]
@@ -45,6 +46,8 @@ def plot_expensive(runs, times, out):
     left.axhline(1, color="grey", lw=0.8)
     left.set(xscale="log", yscale="log", xlabel="env's own step time, 32 envs (µs)",
              ylabel=f"iteration time / {REFERENCE}'s", title="framework ratio (median, range over repeat pairs)")
+    left.yaxis.set_major_formatter(ScalarFormatter())  # the ratios span less than a decade: 2 and 3, not 2x10^0
+    left.yaxis.set_minor_formatter(ScalarFormatter())
     for v in (REFERENCE, "torch", "torch_compile"):
         by_env = {e: median_of([r for r in small if r.variant == v and r.env_id == e], rollout_share)
                   for e in sorted({r.env_id for r in small}, key=times.get)}
