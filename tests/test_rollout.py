@@ -27,6 +27,17 @@ def flatten(obs):
     return np.asarray(obs, np.float32).reshape(-1)
 
 
+def reset_each(env, env_params):
+    """The start of the scripts' key stream: the env key split once for the reset, then into one
+    key per env, each env reset alone."""
+    import jax
+
+    env_key = jax.random.key(3)
+    key, reset_key = jax.random.split(env_key)
+    resets = [env.reset(k, env_params) for k in jax.random.split(reset_key, NUM_ENVS)]
+    return env_key, key, [flatten(o) for o, _ in resets], [s for _, s in resets]
+
+
 def gymnax_envs(script):
     """Gymnax's CartPole, made by the script's own make_env, each env stepped alone with the
     scripts' key stream: the env key is split once for the reset and once per step, then into
@@ -35,10 +46,7 @@ def gymnax_envs(script):
 
     env, env_params = load(script).make_env("CartPole-v1")
     env_params = env_params.replace(max_steps_in_episode=TIME_LIMIT)
-    env_key = jax.random.key(3)
-    key, reset_key = jax.random.split(env_key)
-    resets = [env.reset(k, env_params) for k in jax.random.split(reset_key, NUM_ENVS)]
-    first_obs, states = [flatten(o) for o, _ in resets], [s for _, s in resets]
+    env_key, key, first_obs, states = reset_each(env, env_params)
 
     def step(t, actions):
         nonlocal key
@@ -74,10 +82,7 @@ def craftax_envs(script, env_id):
     env, is_terminal = craftax_env(env_id)
     env_params = env.default_params.replace(max_timesteps=TIME_LIMIT)
     num_worlds = -(-NUM_ENVS // adapter_for(script).module(script).CRAFTAX_RESET_RATIO)  # the module that runs
-    env_key = jax.random.key(3)
-    key, reset_key = jax.random.split(env_key)
-    resets = [env.reset(k, env_params) for k in jax.random.split(reset_key, NUM_ENVS)]
-    first_obs, states = [flatten(o) for o, _ in resets], [s for _, s in resets]
+    env_key, key, first_obs, states = reset_each(env, env_params)
 
     def step(t, actions):
         nonlocal key
