@@ -32,7 +32,7 @@ from analysis.findings import findings_section
 from analysis.headline import headline_section, study_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
-from analysis.runs import find_runs, pack
+from analysis.runs import EXPERIMENTS, find_runs, pack
 
 
 @dataclass
@@ -65,8 +65,7 @@ def report(args: Report) -> int:
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
-    exp1, exp2, exp3, cpuenv, envscale, agents, expensive, craftax_learning = map(of, (
-        "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "craftax-learning"))
+    exp1, exp2, exp3, cpuenv, envscale, agents, expensive, craftax_learning = map(of, EXPERIMENTS)  # in its order
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, o)
     o.heading("The study")

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the analysis package, as analyze.py imports it
 SCRIPTS = sorted(p.name for p in ROOT.glob("ppo_*.py"))  # later scripts join every test by themselves
 GYMNASIUM_SCRIPTS = [s for s in SCRIPTS if s.endswith("_gymnasium.py")]  # their envs step on the CPU
+GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]  # JAX envs: Gymnax and Craftax
 AGENT_SCRIPTS = [s for s in SCRIPTS if s.endswith("_agents.py")]  # N agents per process: tests/test_agents.py
 ONE_AGENT_SCRIPTS = [s for s in SCRIPTS if s not in AGENT_SCRIPTS]  # what the framework adapters load
 

@@ -6,9 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import GYMNASIUM_SCRIPTS, ROOT, SCRIPTS, load
+from helpers import GYMNAX_SCRIPTS, ROOT, load
 
-GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]
 ENV_ID = "Craftax-Classic-Symbolic-v1"
 
 

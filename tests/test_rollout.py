@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import GYMNASIUM_SCRIPTS, load
+from helpers import GYMNASIUM_SCRIPTS, GYMNAX_SCRIPTS, load
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 
 NUM_ENVS, NUM_STEPS, TIME_LIMIT = 8, 64, 25  # a short time limit: truncations as well as terminations
@@ -167,10 +167,9 @@ def sharpen(weights):
     weights["actor"][-1] = (kernel * SHARP, bias)
 
 
-GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]
 CRAFTAX = "Craftax-Classic-Symbolic-v1"  # (the full game steps alike through the same helper, and compiles slower)
 CASES = ([(s, "CartPole-v1") for s in SCRIPTS] + [(s, "Breakout-MinAtar") for s in GYMNASIUM_SCRIPTS]
-         + [(s, CRAFTAX) for s in GYMNAX_SCRIPTS])
+         + [(s, CRAFTAX) for s in GYMNAX_SCRIPTS if s in SCRIPTS])
 
 
 @pytest.mark.parametrize("policy", ["soft", "sharp"])
