@@ -15,7 +15,7 @@ functions once, so a call no longer walks their object graph.
 # %% imports
 import time
 
-START_TIME = time.time()  # before the heavy imports: time/startup counts them
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
 import json
 import math
@@ -442,8 +442,9 @@ def update(model: ActorCritic, optimizer: nnx.Optimizer, batch: Batch, shuffle_k
         shuffled = jax.tree.map(lambda x: x[perm].reshape(args.num_minibatches, -1, *x.shape[1:]), batch)
         return minibatches(carry, shuffled)
 
-    # a fresh shuffle key per update without a host round trip: fold in the step count
-    keys = jax.random.split(jax.random.fold_in(shuffle_key, optimizer.step[...]), args.update_epochs)
+    # a fresh shuffle key per update without a host round trip: fold in this run's optimizer steps (the
+    # schedule's count, which a loaded run starts again, as it starts its env stream from its seed)
+    keys = jax.random.split(jax.random.fold_in(shuffle_key, optimizer.opt_state[1].count[...]), args.update_epochs)
     _, stats = epoch((model, optimizer), keys)
     learning_rate = optimizer.opt_state[1].hyperparams["learning_rate"][...]  # what Adam used in the last step
     return {**jax.tree.map(jnp.mean, stats), "learning_rate": learning_rate}
@@ -451,21 +452,29 @@ def update(model: ActorCritic, optimizer: nnx.Optimizer, batch: Batch, shuffle_k
 
 # %% training loop with logging
 def versions() -> dict:
-    found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch"):
-        try:
-            found[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            found[pkg] = None
-    return found
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    packages = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch")
+    return {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in packages}}
 
 
-def cpu_model() -> str:
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the CPU, its load as the run starts, the threads."""
     try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    return {"cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
 
 
 def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
@@ -481,7 +490,7 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
         except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
             fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
     info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
-            "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+            "device": device, **machine(), "start_time": START_TIME}
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(info, f, indent=2)
     return run_dir
@@ -497,16 +506,12 @@ class RunLog:
 
     def __init__(self, writer: Writer, args: Args, variant: str):
         self.writer, self.args, self.variant = writer, args, variant
-        self.times = {"iteration": [], "rollout": [], "update": []}
         self.episodes = []  # (count, return sum) per iteration
-        self.memory = {}
-        self.start_train = None  # set when the first iteration starts
 
     def iteration(self, iteration: int, times: dict, stats: dict) -> str:
         args, write = self.args, self.writer.add_scalar
         step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps
         for name, seconds in times.items():
-            self.times[name].append(seconds)
             write(f"time/{name}", seconds, step)
         count = int(stats["episodes"])
         self.episodes.append((count, float(stats["episodic_return_sum"])))
@@ -518,9 +523,9 @@ class RunLog:
         write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
         for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
             write(f"losses/{name}", stats[name], step)
-        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                       "memory/peak_device_mb": peak_device_mb()}
-        for name, value in self.memory.items():
+        memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "memory/peak_device_mb": peak_device_mb()}
+        for name, value in memory.items():
             if value is not None:
                 write(name, value, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
@@ -543,19 +548,12 @@ class RunLog:
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
 
     def summary(self) -> dict:
-        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
-        mean = lambda xs: float(np.mean(xs)) if xs else None
-        it, args = self.times["iteration"], self.args
+        """summary.json, written last: the whole run's time and its final return (each iteration's times are
+        in the event file, from which analyze.py reads benchback-rl's overhead buckets)."""
+        args = self.args
         return {
-            "time/startup": self.start_train - START_TIME,
-            "time/iteration_0": it[0] if it else None,
-            "time/iteration_mean_1_7": mean(it[1:8]),
-            "time/iteration_mean_8_end": mean(it[8:]),
-            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
-            "time/update_mean_8_end": mean(self.times["update"][8:]),
             "time/total": time.time() - START_TIME,
             "charts/episodic_return_final": self.final_return(),
-            **self.memory,
             "variant": self.variant, "env_id": args.env_id, "model": args.model,
             "seed": args.seed, "num_iterations": args.num_iterations,
         }
@@ -583,7 +581,6 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     cache = nnx.cached_partial if args.jit else partial
     rollout_fn, update_fn = cache(rollout_fn, model), cache(update_fn, model, optimizer)
 
-    log.start_train = time.time()
     with Progress() as progress:
         task = progress.add_task(log.variant, total=args.num_iterations)
         for iteration in range(args.num_iterations):

@@ -18,7 +18,7 @@ gradients with torch.compile.
 # %% imports
 import time
 
-START_TIME = time.time()  # before the heavy imports: time/startup counts them
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
 import json
 import math
@@ -530,21 +530,32 @@ def update(model: ActorCritic, params: dict, optimizer, generators: list, batch:
 
 # %% training loop with logging
 def versions() -> dict:
-    found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch"):
-        try:
-            found[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            found[pkg] = None
-    return found
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    packages = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch")
+    return {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in packages}}
 
 
-def cpu_model() -> str:
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the CPU, its load as the run starts, the threads."""
     try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    threads |= {"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads(),
+                "torch_backend": torch.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
+                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {"cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
 
 
 def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
@@ -560,16 +571,17 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
         except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
             fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
     info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
-            "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+            "device": device, **machine(), "start_time": START_TIME}
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(info, f, indent=2)
     return run_dir
 
 
 def compile_hot_paths():
-    """torch.compile the policy step, GAE and the agents' gradients where they are called, LeanRL style."""
+    """torch.compile the policy step, GAE and the agents' gradients where they are called, LeanRL style;
+    each one graph (fullgraph), so a graph break is an error."""
     global act, compute_gae, minibatch_grads
-    act, compute_gae, minibatch_grads = (torch.compile(f) for f in (act, compute_gae, minibatch_grads))
+    act, compute_gae, minibatch_grads = (torch.compile(f, fullgraph=True) for f in (act, compute_gae, minibatch_grads))
 
 
 def torch_device() -> torch.device:
@@ -590,16 +602,12 @@ class RunLog:
 
     def __init__(self, writer: Writer, args: Args, variant: str):
         self.writer, self.args, self.variant = writer, args, variant
-        self.times = {"iteration": [], "rollout": [], "update": []}
         self.episodes = []  # (count, return sum) per iteration, one entry per agent
-        self.memory = {}
-        self.start_train = None  # set when the first iteration starts
 
     def iteration(self, iteration: int, times: dict, stats: dict) -> str:
         args, write = self.args, self.writer.add_scalar
         step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps of each agent
         for name, seconds in times.items():
-            self.times[name].append(seconds)
             write(f"time/{name}", seconds, step)
         count = stats["episodes"]
         self.episodes.append((count, stats["episodic_return_sum"]))
@@ -615,9 +623,9 @@ class RunLog:
             write(f"losses/{name}", stats[name].mean(), step)  # the mean over agents
             for agent, value in enumerate(stats[name]):
                 write(f"losses/{name}/agent{agent}", value, step)
-        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                       "memory/peak_device_mb": peak_device_mb()}
-        for name, value in self.memory.items():
+        memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "memory/peak_device_mb": peak_device_mb()}
+        for name, value in memory.items():
             if value is not None:
                 write(name, value, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
@@ -648,20 +656,13 @@ class RunLog:
         return float(np.mean(returns)) if returns else None
 
     def summary(self) -> dict:
-        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
-        mean = lambda xs: float(np.mean(xs)) if xs else None
-        it, args = self.times["iteration"], self.args
+        """summary.json, written last: the whole run's time and its final return (each iteration's times are
+        in the event file, from which analyze.py reads benchback-rl's overhead buckets)."""
+        args = self.args
         return {
-            "time/startup": self.start_train - START_TIME,
-            "time/iteration_0": it[0] if it else None,
-            "time/iteration_mean_1_7": mean(it[1:8]),
-            "time/iteration_mean_8_end": mean(it[8:]),
-            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
-            "time/update_mean_8_end": mean(self.times["update"][8:]),
             "time/total": time.time() - START_TIME,
             "charts/episodic_return_final": self.final_return(),
             "charts/episodic_return_final_per_agent": self.final_returns(),
-            **self.memory,
             "variant": self.variant, "env_id": args.env_id, "model": args.model,
             "seed": args.seed, "num_iterations": args.num_iterations, "num_agents": args.num_agents,
         }
@@ -689,7 +690,6 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     if args.compile:
         compile_hot_paths()
 
-    log.start_train = time.time()
     with Progress() as progress:
         task = progress.add_task(log.variant, total=args.num_iterations)
         for iteration in range(args.num_iterations):

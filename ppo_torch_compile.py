@@ -1,20 +1,24 @@
 """PPO with PyTorch and torch.compile, CUDA graphs on GPU (benchback).
 
 ppo_torch.py with the smallest set of changes that make PyTorch fast, LeanRL
-style: the policy step, GAE and the whole minibatch update (forward, loss,
-backward, clip, Adam) are compiled; the learning rate is a tensor written in
-place, so annealing never recompiles. On CUDA the compiled code replays as CUDA
-graphs (mode reduce-overhead). The Gymnax environment runs in JAX on the device
-torch uses; on a GPU the two exchange arrays through DLPack without leaving it.
+style: GAE and each minibatch's loss, gradients and clip are compiled, each one
+graph (fullgraph: a graph break is an error); the learning rate is a tensor
+written in place, so annealing never recompiles. --compile-scope also compiles
+Adam (the whole minibatch step, as LeanRL does) or the policy step: on this
+study's CPU both were slower (docs/results.md), so on a CPU Adam stays eager and
+fused, and the policy step eager. On CUDA the default compiles all of it and
+replays it as CUDA graphs (mode reduce-overhead). The Gymnax environment runs in
+JAX on the device torch uses; on a GPU the two exchange arrays through DLPack.
 
     python ppo_torch_compile.py --env-id Acrobot-v1 --model large
-    python ppo_torch_compile.py --compile-mode none   # exactly ppo_torch.py
+    python ppo_torch_compile.py --compile-scope update+policy   # everything compiled, as LeanRL
+    python ppo_torch_compile.py --compile-mode none              # exactly ppo_torch.py
 """
 
 # %% imports
 import time
 
-START_TIME = time.time()  # before the heavy imports: time/startup counts them
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
 import json
 import math
@@ -22,7 +26,7 @@ import os
 import platform
 import resource
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from importlib import metadata
 from typing import Literal, NamedTuple
@@ -97,6 +101,8 @@ class Args:
     """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, benchback-rl's "none")"""
     compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune", "none"] = "auto"
     """torch.compile mode: auto is reduce-overhead (CUDA graphs) on CUDA and default on CPU; none is eager"""
+    compile_scope: Literal["auto", "grads", "grads+policy", "update", "update+policy"] = "auto"
+    """what is compiled besides GAE: grads (loss, gradients, clip), update (also Adam), +policy (also the policy step); auto: grads on a CPU, update+policy on CUDA"""
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
@@ -104,7 +110,17 @@ MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
 
 def variant_name(args: Args) -> str:
     mode = "" if args.compile_mode == "auto" else f"-{args.compile_mode}"
-    return f"torch_compile{mode}" + ("" if args.jit_env else "-nojitenv")
+    scope = "" if args.compile_scope == "auto" or args.compile_mode == "none" else f"-{args.compile_scope}"
+    return f"torch_compile{mode}{scope}" + ("" if args.jit_env else "-nojitenv")
+
+
+def resolved(args: Args, device) -> Args:
+    """auto on this device: on CUDA all of it, replayed as CUDA graphs; on a CPU mode default and the
+    scope measured fastest there (docs/results.md). run.json records what ran."""
+    cuda = device.type == "cuda"
+    mode = {"auto": "reduce-overhead" if cuda else "default"}.get(args.compile_mode, args.compile_mode)
+    scope = {"auto": "update+policy" if cuda else "grads"}.get(args.compile_scope, args.compile_scope)
+    return replace(args, compile_mode=mode, compile_scope=scope)
 
 
 # %% environment helpers
@@ -264,10 +280,11 @@ class ActorCritic(nn.Module):
 
 def make_agent(obs_dim, num_actions, args: Args, device):
     agent = ActorCritic(obs_dim, MODELS[args.model], num_actions).to(device)
-    # a tensor learning rate, written in place: changing it never recompiles. Compiled, the
-    # multi-tensor Adam fuses into the update and keeps its step count on the device, as CUDA
-    # graphs need (capturable); with --compile-mode none, the fused Adam of ppo_torch.py
-    kind = dict(foreach=True, capturable=True) if args.compile_mode != "none" else dict(fused=True)
+    # a tensor learning rate, written in place: changing it never recompiles. Compiled (scope update),
+    # the multi-tensor Adam fuses into the update and keeps its step count on the device, as CUDA
+    # graphs need (capturable); eager, the fused Adam of ppo_torch.py
+    compiled = args.compile_mode != "none" and args.compile_scope.startswith("update")
+    kind = dict(foreach=True, capturable=True) if compiled else dict(fused=True)
     optimizer = torch.optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device),
                                  betas=args.adam_betas, eps=args.adam_eps, **kind)
     return agent, optimizer
@@ -442,13 +459,18 @@ def ppo_loss(agent: ActorCritic, mb: Batch, args: Args):
     return loss, stats
 
 
+def clipped_grads(agent: ActorCritic, mb: Batch, args: Args):
+    """The loss's gradients, clipped to the global norm: everything of a minibatch step but Adam's."""
+    loss, stats = ppo_loss(agent, mb, args)
+    loss.backward()
+    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+    return torch.stack(list(stats.values())).detach()  # for logging only: no gradient flows from it
+
+
 def minibatch_step(agent: ActorCritic, optimizer, mb: Batch, args: Args):
     """One optimizer step: loss, gradients, global-norm clip, Adam."""
     optimizer.zero_grad()
-    loss, stats = ppo_loss(agent, mb, args)
-    stats = torch.stack(list(stats.values())).detach()  # for logging only: no gradient flows from it
-    loss.backward()
-    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+    stats = clipped_grads(agent, mb, args)
     optimizer.step()
     return stats
 
@@ -475,21 +497,32 @@ def update(agent: ActorCritic, optimizer, batch: Batch, iteration: int, args: Ar
 
 # %% training loop with logging
 def versions() -> dict:
-    found = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch"):
-        try:
-            found[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            found[pkg] = None
-    return found
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    packages = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch")
+    return {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in packages}}
 
 
-def cpu_model() -> str:
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the CPU, its load as the run starts, the threads."""
     try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    threads |= {"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads(),
+                "torch_backend": torch.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
+                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {"cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
 
 
 def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
@@ -505,17 +538,24 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
         except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
             fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
     info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
-            "device": device, "cpu": cpu_model(), "start_time": START_TIME}
+            "device": device, **machine(), "start_time": START_TIME}
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(info, f, indent=2)
     return run_dir
 
 
-def compile_hot_paths(mode: str):
-    """torch.compile the policy step, GAE and the minibatch update where they are called, LeanRL style."""
-    global act, compute_gae, minibatch_step
-    torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the update's graph
-    act, compute_gae, minibatch_step = (torch.compile(f, mode=mode) for f in (act, compute_gae, minibatch_step))
+def compile_hot_paths(mode: str, scope: str):
+    """torch.compile GAE, the gradients or the whole minibatch step, and with +policy the policy step,
+    where they are called, LeanRL style; fullgraph where torch allows it, so a graph break is an error."""
+    global act, compute_gae, clipped_grads, minibatch_step
+    torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the compiled graph
+    compute_gae = torch.compile(compute_gae, mode=mode, fullgraph=True)
+    if scope.endswith("+policy"):
+        act = torch.compile(act, mode=mode, fullgraph=True)
+    if scope.startswith("update"):  # torch.optim's zero_grad and step break the graph on purpose (no_grad)
+        minibatch_step = torch.compile(minibatch_step, mode=mode)
+    else:
+        clipped_grads = torch.compile(clipped_grads, mode=mode, fullgraph=True)
 
 
 def torch_device() -> torch.device:
@@ -536,16 +576,12 @@ class RunLog:
 
     def __init__(self, writer: Writer, args: Args, variant: str):
         self.writer, self.args, self.variant = writer, args, variant
-        self.times = {"iteration": [], "rollout": [], "update": []}
         self.episodes = []  # (count, return sum) per iteration
-        self.memory = {}
-        self.start_train = None  # set when the first iteration starts
 
     def iteration(self, iteration: int, times: dict, stats: dict) -> str:
         args, write = self.args, self.writer.add_scalar
         step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps
         for name, seconds in times.items():
-            self.times[name].append(seconds)
             write(f"time/{name}", seconds, step)
         count = int(stats["episodes"])
         self.episodes.append((count, float(stats["episodic_return_sum"])))
@@ -557,9 +593,9 @@ class RunLog:
         write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
         for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
             write(f"losses/{name}", stats[name], step)
-        self.memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                       "memory/peak_device_mb": peak_device_mb()}
-        for name, value in self.memory.items():
+        memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "memory/peak_device_mb": peak_device_mb()}
+        for name, value in memory.items():
             if value is not None:
                 write(name, value, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
@@ -582,19 +618,12 @@ class RunLog:
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
 
     def summary(self) -> dict:
-        """summary.json: benchback-rl's overhead buckets (0, 1..7, 8..end) and the final return."""
-        mean = lambda xs: float(np.mean(xs)) if xs else None
-        it, args = self.times["iteration"], self.args
+        """summary.json, written last: the whole run's time and its final return (each iteration's times are
+        in the event file, from which analyze.py reads benchback-rl's overhead buckets)."""
+        args = self.args
         return {
-            "time/startup": self.start_train - START_TIME,
-            "time/iteration_0": it[0] if it else None,
-            "time/iteration_mean_1_7": mean(it[1:8]),
-            "time/iteration_mean_8_end": mean(it[8:]),
-            "time/rollout_mean_8_end": mean(self.times["rollout"][8:]),
-            "time/update_mean_8_end": mean(self.times["update"][8:]),
             "time/total": time.time() - START_TIME,
             "charts/episodic_return_final": self.final_return(),
-            **self.memory,
             "variant": self.variant, "env_id": args.env_id, "model": args.model,
             "seed": args.seed, "num_iterations": args.num_iterations,
         }
@@ -603,6 +632,7 @@ class RunLog:
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; JAX drives the environments
     device = torch_device()
+    args = resolved(args, device)
     # the environments' reset as one compiled call, not dozens of op-by-op compilations; it runs
     # once, so XLA compiles it without optimizing it, in half the time
     reset = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))
@@ -619,10 +649,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     jax.config.update("jax_cpu_enable_async_dispatch", False)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     if args.compile_mode != "none":
-        auto = "reduce-overhead" if device.type == "cuda" else "default"  # CUDA graphs need CUDA
-        compile_hot_paths(auto if args.compile_mode == "auto" else args.compile_mode)
+        compile_hot_paths(args.compile_mode, args.compile_scope)
 
-    log.start_train = time.time()
     with Progress() as progress:
         task = progress.add_task(log.variant, total=args.num_iterations)
         for iteration in range(args.num_iterations):
@@ -684,6 +712,7 @@ def main():
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     device = torch_device()
+    args = resolved(args, device)  # what auto means here, in run.json
     run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu", precision)
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
