@@ -13,8 +13,8 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive
-               one part of the schedule alone
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning
+               one part of the schedule alone (tuning is not part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -36,6 +36,10 @@ Presets (default: sweep)
              shuffled session three cheap envs (CartPole-v1, Breakout-MinAtar, Asterix-MinAtar),
              x the frameworks as meant to run x small and medium, --sync-timing, 20 iterations
              (or --iterations): does the framework still matter when the env dominates?
+    tuning   the evidence for the scripts' defaults: CartPole-v1 x small and medium, --sync-timing,
+             20 iterations (or --iterations); Linen and eager torch with XLA's CPU threading on and
+             off, torch on one intra-op thread and with a passive OpenMP wait, and torch_compile at
+             each --compile-scope: each setting in its own subfolder (see Settings)
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -61,6 +65,8 @@ Options
   --shard I/N        run only planned runs I, I+N, I+2N, ... (N GPUs or a SLURM job array)
   --warm-cache       keep torch.compile's on-disk cache between runs (default: every run
                      compiles cold, in an empty TORCHINDUCTOR_CACHE_DIR)
+  --no-calibrate     skip the session's calibration (calibrate.py: a layer and a minibatch step
+                     in each framework, timed in a few seconds, into DIR/sessions/<session>.json)
   --slurm N          submit the plan to SLURM instead of running it: a job array of N tasks
                      (task i runs --shard i/N with all the other options), then an analysis
                      job that starts once all of them have ended (analyze.py -> DIR/results);
@@ -75,6 +81,15 @@ Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen_gymnasium-nojit
   linen_agents nnx_agents torch_agents torch_agents_compile (with --num-agents: agents)
   env-gymnax env-sync env-vector env-envpool (env_alone.py: the env alone, no model)
+  torch_compile-grads torch_compile-grads+policy torch_compile-update torch_compile-update+policy
+Settings (tuning's subfolders: the environment each run starts with)
+  xla-n        XLA_FLAGS=--xla_cpu_multi_thread_eigen=true   XLA's matrix library on every core
+  xla-1        XLA_FLAGS=--xla_cpu_multi_thread_eigen=false  on the calling thread only
+  torch-1      OMP_NUM_THREADS=1                             torch on one intra-op thread
+  omp-passive  OMP_WAIT_POLICY=PASSIVE                       OpenMP threads sleep instead of spinning
+Each invocation is a session: its runs record BENCHBACK_SESSION (set it to join an earlier
+one), and it first runs the calibration, so that analyze.py pairs runs of one session only and
+shows what the machine was in each.
 The plan, in the order it runs, goes to DIR/plan.txt (with its seed) before the first run.
 Failures are logged to DIR/failures.log and the sweep goes on; the exit code is 1 if any
 run failed, 130 if interrupted.
@@ -104,7 +119,21 @@ ONE_AGENT=(linen nnx torch torch_compile)                                   # ag
 AGENT_COUNTS=(1 4 16 64)
 CRAFTAX_ENVS=(Craftax-Classic-Symbolic-v1 Craftax-Symbolic-v1)
 EXPENSIVE_ENVS=(CartPole-v1 Breakout-MinAtar Asterix-MinAtar "${CRAFTAX_ENVS[@]}")  # cheap ones as the yardstick
+TUNING=(linen:xla-n linen:xla-1 torch:xla-n torch:xla-1 torch:torch-1 torch:omp-passive    # tuning: variant:setting
+        torch_compile-grads:xla-n torch_compile-grads+policy:xla-n torch_compile-update:xla-n
+        torch_compile-update+policy:xla-n torch_compile-grads:xla-1)
+MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
 PYTHON=${PYTHON:-python}
+
+setting_env() {  # the environment assignments of a tuning setting
+  case $1 in
+    xla-n) echo "XLA_FLAGS=--xla_cpu_multi_thread_eigen=true" ;;
+    xla-1) echo "XLA_FLAGS=--xla_cpu_multi_thread_eigen=false" ;;
+    torch-1) echo "OMP_NUM_THREADS=1" ;;
+    omp-passive) echo "OMP_WAIT_POLICY=PASSIVE" ;;
+    *) return 1 ;;
+  esac
+}
 
 # the script and flags of a variant; the scripts name their run directories after it
 variant_command() {
@@ -121,6 +150,8 @@ variant_command() {
     torch_compile) echo "ppo_torch_compile.py" ;;
     torch_compile-default|torch_compile-reduce-overhead|torch_compile-max-autotune)
       echo "ppo_torch_compile.py --compile-mode ${1#torch_compile-}" ;;
+    torch_compile-grads|torch_compile-grads+policy|torch_compile-update|torch_compile-update+policy)
+      echo "ppo_torch_compile.py --compile-scope ${1#torch_compile-}" ;;
     torch_gymnasium) echo "ppo_torch_gymnasium.py" ;;
     torch_gymnasium-vector|torch_gymnasium-envpool) echo "ppo_torch_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
@@ -146,6 +177,7 @@ contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; 
 
 preset=sweep out=runs repeats=1 iterations="" envs_opt="" variants_opt="" models_opt=""
 experiments_opt="" counts_opt="" agent_counts_opt="" order_seed=0 dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=() slurm_tasks="" sbatch_args=""
+calibrate=1
 if [[ $# -gt 0 && $1 != -* ]]; then preset=$1; shift; fi
 argv=("$@")  # what each SLURM task is given again
 while [[ $# -gt 0 ]]; do
@@ -164,6 +196,7 @@ while [[ $# -gt 0 ]]; do
     --resume) resume=1; shift ;;
     --shard) shard=${2:-}; shift 2 ;;
     --warm-cache) warm_cache=1; shift ;;
+    --no-calibrate) calibrate=0; shift ;;
     --slurm) slurm_tasks=${2:-}; shift 2 ;;
     --sbatch) sbatch_args=${2?--sbatch needs its options in one argument}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -187,10 +220,14 @@ fi
 
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive) ;;
-  quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=10 ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive) experiments=("$preset") ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents or expensive" ;;
+  quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning) experiments=("$preset") ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive or tuning" ;;
 esac
+if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
+  echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
+       "(it reads iterations 8..end, at least 10 of them)" >&2
+fi
 if [[ -n $experiments_opt ]]; then
   for e in $(split "$experiments_opt"); do
     contains "$e" "${experiments[@]}" || die "experiment '$e' is not part of preset '$preset' (${experiments[*]})"
@@ -231,10 +268,10 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
-  elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && $exp == agents ]]; then  # agents: each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -261,6 +298,7 @@ exp1_envs=("${BENCHBACK_RL_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("$
 cpuenv_envs=() scale_envs=(CartPole-v1 Breakout-MinAtar) counts=("${ENV_COUNTS[@]}")
 for e in "${BENCHBACK_RL_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
 cpuenv_models=(small medium) agent_envs=(CartPole-v1 Breakout-MinAtar) agent_counts=("${AGENT_COUNTS[@]}")
+tuning_envs=(CartPole-v1); ((${#env_filter[@]})) && tuning_envs=("${env_filter[@]}")
 if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
   exp1_envs=(CartPole-v1 Acrobot-v1) exp1_models=(small) exp2_envs=(CartPole-v1)
   modes=(linen-nojit linen nnx-nojit nnx nnx_cached equinox torch-nojitenv torch torch_compile)
@@ -304,6 +342,10 @@ for r in $(seq 1 "$repeats"); do
         done
         add agents "$r" sync single - "${agent_envs[@]}" -- "${ONE_AGENT[@]}" -- small ;;
       expensive) add expensive "$r" sync - "--num-iterations,${iterations:-20}" "${EXPENSIVE_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium ;;
+      tuning)
+        for pair in "${TUNING[@]}"; do
+          add tuning "$r" sync "${pair#*:}" "--num-iterations,${iterations:-20}" "${tuning_envs[@]}" -- "${pair%%:*}" -- small medium
+        done ;;
     esac
   done
   shuffle_from "$first" "$order_seed $r"
@@ -359,9 +401,10 @@ command_of() {
   local model_args=(--model "$model")
   [[ $model == none ]] && model_args=()  # env_alone.py: the env alone has no model
   cmd=("$PYTHON" "${script[@]}" --env-id "$env" "${model_args[@]}" --seed "$r" --log-dir "$slot")
+  [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }
@@ -393,6 +436,25 @@ stop_run() {
     kill -"$signal" "$1" 2>/dev/null || true
   done
 }
+
+# A session: this sitting's runs on this machine, as it is now. Each run records the id; the
+# calibration records what the machine was, so that analyze.py pairs runs of one session only.
+session=${BENCHBACK_SESSION:-$(date -u +%Y%m%dT%H%M%SZ)-$(hostname -s 2>/dev/null || echo host)-$$}
+export BENCHBACK_SESSION=$session
+if ((calibrate)); then
+  mkdir -p "$out/sessions"
+  echo "session $session: calibrating (calibrate.py, a few seconds)"
+  set +e
+  calibrate_args=(--out "$out/sessions/$session.json")
+  [[ $preset == tuning ]] && calibrate_args+=(--gemm-options)  # also each framework's other ways to run a layer
+  ( trap - INT TERM; exec "$PYTHON" calibrate.py "${calibrate_args[@]}" ) >"$out/sessions/$session.log" 2>&1 &
+  wait $!
+  code=$?
+  ((interrupted)) && stop_run $! && wait $! 2>/dev/null
+  set -e
+  ((code == 0 || interrupted)) ||
+    echo "bench.sh: warning: the calibration failed (exit $code, see $out/sessions/$session.log); the runs go on" >&2
+fi
 
 for i in "${!plan[@]}"; do
   ((i % shard_n == shard_i)) || continue
