@@ -33,6 +33,7 @@ from analysis.headline import headline_section, study_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
 from analysis.runs import EXPERIMENTS, find_runs, pack
+from analysis.tuning import gemm_section, tuning_section
 
 
 @dataclass
@@ -65,7 +66,7 @@ def report(args: Report) -> int:
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
-    exp1, exp2, exp3, cpuenv, envscale, agents, expensive, craftax_learning = map(of, EXPERIMENTS)  # in its order
+    exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning = map(of, EXPERIMENTS)  # in order
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, o)
     o.heading("The study")
@@ -90,11 +91,14 @@ def report(args: Report) -> int:
         expensive_section(expensive, times, o)
     if craftax_learning:
         craftax_learning_section(craftax_learning, o)
+    if tuning:
+        tuning_section(tuning, o)
+        gemm_section(tuning, o)
     if exp1:
         findings_section(exp1, exp2, exp3, cx, o)
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
     # envscale's, the agent scripts', nor Craftax's)
-    not_parity = ("envscale", "agents", "expensive", "craftax-learning")
+    not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     if skipped:

@@ -7,7 +7,7 @@ from collections import defaultdict
 import numpy as np
 
 from .output import color
-from .stats import median_range, steady
+from .stats import first_iteration, median_range, peak_rss, repeat_of, sessions_note, steady
 
 # each batched variant, and the single-agent script it batches (the same framework, one agent per process)
 FAMILIES = {"linen_agents": "linen", "nnx_agents": "nnx", "torch_agents": "torch", "torch_agents_compile": "torch_compile"}
@@ -31,24 +31,24 @@ PER_AGENT = per_agent("time/iteration")
 
 
 def by_point(runs, value) -> dict[tuple, dict]:
-    """{(env, N or ONE_PER_PROCESS, seed): {family's batched variant: value}}: a repeat's runs
-    (bench.sh's repeat r runs seed r) of one env and N, never across devices."""
+    """{(env, N or ONE_PER_PROCESS, repeat): {family's batched variant: value}}: a repeat's runs
+    (bench.sh's repeat r runs seed r) of one env and N, never across sessions or devices."""
     out = defaultdict(dict)
     single = {v: k for k, v in FAMILIES.items()}
     for r in runs:
         if (x := value(r)) is None:
             continue
         if r.variant in FAMILIES:
-            out[(r.env_id, num_agents(r), r.seed, r.info.get("device"))][r.variant] = x
+            out[(r.env_id, num_agents(r), repeat_of(r))][r.variant] = x
         elif r.variant in single:
-            out[(r.env_id, ONE_PER_PROCESS, r.seed, r.info.get("device"))][single[r.variant]] = x
+            out[(r.env_id, ONE_PER_PROCESS, repeat_of(r))][single[r.variant]] = x
     return out
 
 
 def grouped(points: dict) -> dict[tuple, dict[str, list]]:
     """{(env, N): {variant: [one value per repeat]}}"""
     out = defaultdict(lambda: defaultdict(list))
-    for (env, n, _, _), values in points.items():
+    for (env, n, _), values in points.items():
         for v, x in values.items():
             out[(env, n)][v].append(x)
     return out
@@ -63,8 +63,8 @@ def ratios(points, a, b, baseline=False) -> dict[tuple, list]:
     """{(env, N): [value of a / value of b, one per repeat]} at each N; baseline: a's value from
     the same repeat's single-agent run of a's framework (one agent per process)."""
     out = defaultdict(list)
-    for (env, n, seed, device), values in points.items():
-        numerator = points.get((env, ONE_PER_PROCESS, seed, device), {}) if baseline else values
+    for (env, n, repeat), values in points.items():
+        numerator = points.get((env, ONE_PER_PROCESS, repeat), {}) if baseline else values
         if n != ONE_PER_PROCESS and a in numerator and b in values:
             out[(env, n)].append(numerator[a] / values[b])
     return out
@@ -100,7 +100,7 @@ def agents_section(runs, out):
                 "N agents trained at once in one process (`ppo_*_agents.py`, agent i seeded seed + i), against "
                 "one agent per process (the single-agent scripts: N of them one after another cost N times one). "
                 "Small model, the scripts' batch (32 envs x 256 steps, 10 epochs x 8 minibatches), synced; each "
-                "repeat's runs in a shuffled order; ratios pair the runs of one repeat.")
+                "repeat's runs in a shuffled order; ratios pair the runs of one repeat.", sessions_note(runs))
     plot_agents(runs, out)
     groups = grouped(by_point(runs, PER_AGENT))
     rows = [[env, n, *(median_range(groups[(env, n)][v]) if groups[(env, n)].get(v) else "not run" for v in FAMILIES)]
@@ -108,7 +108,7 @@ def agents_section(runs, out):
     out.table("Seconds per iteration per agent: median over repeats (range, n repeats); "
               f"N = {ONE_PER_PROCESS}: the single-agent scripts (linen, nnx, torch, torch_compile)",
               ["env", "agents N", "Linen (jax.vmap)", "NNX (nnx.vmap)", "PyTorch (torch.func)",
-               "PyTorch (torch.func, compiled)"], rows, block="agents-times")
+               "PyTorch (torch.func; policy step, GAE, gradients compiled)"], rows, block="agents-times")
     points = by_point(runs, PER_AGENT)
     cells = {f"{v} / {REFERENCE}": ratios(points, v, REFERENCE) for v in ("nnx_agents", "torch_agents",
                                                                           "torch_agents_compile")}
@@ -127,9 +127,9 @@ def agents_section(runs, out):
                    ((r.variant == v and num_agents(r) == n) or (n == ONE_PER_PROCESS and r.variant == FAMILIES[v]))]
             if sel:
                 med = lambda values: float(np.median([x for x in values if x is not None]))
-                rows.append([env, n, sel[0].variant, med(r.summary["time/iteration_0"] for r in sel),
+                rows.append([env, n, sel[0].variant, med(map(first_iteration, sel)),
                              med(map(per_agent("time/rollout"), sel)), med(map(per_agent("time/update"), sel)),
-                             med(r.summary["memory/peak_rss_mb"] for r in sel)])
+                             med(map(peak_rss, sel))])
     out.table("Costs: the first iteration (it compiles), each agent's share of a steady rollout and update "
               "(seconds), and the process's peak memory (MB); medians over repeats",
               ["env", "agents N", "variant", "iteration 0", "rollout per agent", "update per agent",
@@ -141,7 +141,8 @@ def headline_rows(runs) -> list[list[str]]:
     points = by_point(runs, PER_AGENT)
     rows = []
     for a, b, what in (("torch_agents", REFERENCE, "PyTorch (torch.func) / Linen (jax.vmap)"),
-                       ("torch_agents_compile", REFERENCE, "PyTorch (torch.func, compiled) / Linen (jax.vmap)")):
+                       ("torch_agents_compile", REFERENCE,
+                        "PyTorch (torch.func; policy step, GAE, gradients compiled) / Linen (jax.vmap)")):
         found = {n: r for (env, n), r in ratios(points, a, b).items() if env == "CartPole-v1" and len(r) >= 3}
         if found:
             n = max(found)

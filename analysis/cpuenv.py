@@ -8,7 +8,7 @@ from collections import defaultdict
 import numpy as np
 
 from .output import color, variant_order
-from .stats import MODELS, median_range, steady
+from .stats import MODELS, median_range, repeat_of, sessions_note, steady
 
 # the ways to step a CPU env (--vectorization) and the JAX env, per framework: the corners
 CORNERS = ("torch_gymnasium", "torch_gymnasium-vector", "torch_gymnasium-envpool", "torch",
@@ -45,14 +45,14 @@ def defaults_only(runs):
 
 def paired(runs, a: str, b: str, tag: str) -> dict[tuple, np.ndarray]:
     """{(env, config, model): steady time of A / time of B, one ratio per repeat}: runs pair up
-    when they share env, config, model and seed (bench.sh's repeat r runs seed r), and never
-    across devices."""
+    when they share env, config, model and repeat (bench.sh's repeat r runs seed r), and never
+    across sessions or devices."""
     by = defaultdict(dict)
     for r in runs:
         if (x := steady(tag)(r)) is not None:
-            by[(r.env_id, config_of(r), r.model, r.seed, r.info.get("device"))][r.variant] = x
+            by[(r.env_id, config_of(r), r.model, *map(str, repeat_of(r)))][r.variant] = x
     out = defaultdict(list)
-    for (env, config, model, _, _), times in sorted(by.items()):
+    for (env, config, model, *_), times in sorted(by.items()):
         if a in times and b in times:
             out[(env, config, model)].append(times[a] / times[b])
     return {key: np.array(ratios) for key, ratios in out.items()}
@@ -91,7 +91,7 @@ def cpuenv_section(runs, out):
                 "SyncVectorEnv (a Python loop over the envs, same-step autoreset), `-vector` Gymnasium's "
                 "NumPy-vectorized env and `-envpool` EnvPool's C++ envs (both next-step autoreset, the reset "
                 "step masked out of the loss); the others step Gymnax in JAX. Synced, iterations 8..end; each "
-                "repeat's runs in a shuffled order; ratios pair the runs of one repeat.")
+                "repeat's runs in a shuffled order; ratios pair the runs of one repeat.", sessions_note(runs))
     present = {r.variant for r in runs}
     variants = [v for v in CORNERS if v in present] + variant_order(present - set(CORNERS))
     plot_cpuenv(runs, variants, out)
@@ -135,10 +135,14 @@ def headline_rows(cpuenv) -> list[list[str]]:
 
 # ---- env scaling
 def rollout_throughput(run):
-    """Env steps per second of a synced rollout, iterations 1..end (iteration 0 compiles)."""
+    """Env steps per second of a synced rollout, iterations 1..end (iteration 0 compiles). The steps
+    are the transitions the run logged (SPS x iteration: a next-step autoreset's reset steps are
+    none), or num_envs x num_steps for a run that logs no SPS (env_alone.py)."""
     seconds = run.series("time/rollout")[1][1:]
     args = run.info["args"]
-    return args["num_envs"] * args["num_steps"] / float(np.mean(seconds)) if len(seconds) else None
+    sps, iteration = run.series("charts/SPS")[1][1:], run.series("time/iteration")[1][1:]
+    steps = float(np.mean(sps * iteration)) if len(sps) == len(iteration) > 0 else args["num_envs"] * args["num_steps"]
+    return steps / float(np.mean(seconds)) if len(seconds) else None
 
 
 def saturation(points: dict[int, float]) -> int:

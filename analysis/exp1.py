@@ -6,8 +6,8 @@ import math
 import numpy as np
 
 from .output import MODEL_MARKERS, color, fmt, variant_order
-from .stats import (MODELS, bucket_means, iteration_buckets, median_summary, models_in, pair_ratios, ratio_cell,
-                    speedup_table, spread, steady, total_time)
+from .stats import (MODELS, bucket_means, iteration_buckets, median_of, models_in, pair_ratios, ratio_cell,
+                    sessions_note, speedup_table, spread, startup, steady, total_time)
 
 REFERENCE = "linen"  # ratios are quoted against Linen: "torch / linen 2.8x" = torch takes 2.8x Linen's time
 COMPILED_VS_EAGER = [("torch_compile", "torch"), ("nnx_cached", "nnx")]  # what compiling buys in a framework
@@ -45,7 +45,7 @@ def plot_durations(runs, cx, out):
 
 
 def plot_ratios(runs, pairs, value, title, name, caption, out):
-    """One box per pair and model size: every repeat pair's ratio over envs."""
+    """One box per pair and model size: every repeat's ratio, over envs."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(pairs) + 2), 4.5))
@@ -108,11 +108,11 @@ def runs_behind(runs) -> str:
 
 def section(exp1, cx, out):
     out.heading("Experiment 1: total duration (async timing)",
-                f"Runs per variant — {runs_behind(exp1)}. Ratios are time of A / time of B over every pair "
-                "of runs on the same env (above 1: A is slower).")
+                f"Runs per variant — {runs_behind(exp1)}. Ratios are time of A / time of B, one per repeat "
+                "of an env (above 1: A is slower).", sessions_note(exp1))
     pairs = pairs_for({r.variant for r in exp1})
     plot_durations(exp1, cx, out)
-    plot_ratios(exp1, pairs, total_time, "Total run time (every run pair, every env)", "exp1_speedups.png",
+    plot_ratios(exp1, pairs, total_time, "Total run time (every repeat, every env)", "exp1_speedups.png",
                 "Total run time of each variant against Linen's, per run pair: above the dashed line the "
                 "variant took longer; start-up and compilation are included.", out)
     out.table("Total run time", RATIO_HEADER, ratio_rows(speedup_table(exp1, total_time, pairs)))
@@ -139,8 +139,7 @@ def costs_table(exp1, out, model="small"):
     for v in variant_order({r.variant for r in exp1 if r.model == model}):
         sel = [r for r in exp1 if r.variant == v and r.model == model]
         means = bucket_means(exp1, v, model)
-        rows.append([v, len(sel), median_summary(sel, "time/startup"), means[0], means[2],
-                     median_summary(sel, "time/total")])
+        rows.append([v, len(sel), median_of(sel, startup), means[0], means[2], median_of(sel, total_time)])
     out.table(f"What a {model}-model run costs (seconds; start-up and total: median over runs)",
               ["variant", "runs", "start-up (imports, set-up)", "iteration 0 (compilation)",
                "iterations 8..end, each", "whole run"], rows, block="run-costs")

@@ -2,13 +2,13 @@
 session, three cheap envs as the yardstick; and longer runs on Craftax that show the scripts
 learn it (folder craftax-learning). Does the framework gap survive an env whose own step
 dominates? The x axis is each env's own step time (envtime: 32 envs, random actions), the y axis
-an iteration of each framework over Linen's (every pair of repeats of one env and size), and the
+an iteration of each framework over Linen's (one ratio per repeat of one env and size), and the
 rollout's share of an iteration says why."""
 
 import numpy as np
 
 from .output import color
-from .stats import median_range, pair_ratios, steady
+from .stats import first_iteration, median_of, median_range, pair_ratios, sessions_note, steady
 
 REFERENCE = "linen"
 OTHERS = ("nnx", "nnx_cached", "equinox", "torch", "torch_compile")
@@ -18,15 +18,6 @@ ITERATION, ROLLOUT, UPDATE = (steady(tag) for tag in ("time/iteration", "time/ro
 def rollout_share(run) -> float | None:
     rollout, update = ROLLOUT(run), UPDATE(run)
     return None if rollout is None or update is None else rollout / (rollout + update)
-
-
-def median_of(runs, value) -> float | None:
-    values = [x for x in map(value, runs) if x is not None]
-    return float(np.median(values)) if values else None
-
-
-def first_iteration(run) -> float | None:
-    return run.summary.get("time/iteration_0")  # compilation (and the first rollout and update)
 
 
 def plot_expensive(runs, times, out):
@@ -45,7 +36,7 @@ def plot_expensive(runs, times, out):
             left.errorbar(x, mid, yerr=spread, marker="o", ls="", capsize=2, color=color(v), label=f"{v} / {REFERENCE}")
     left.axhline(1, color="grey", lw=0.8)
     left.set(xscale="log", yscale="log", xlabel="env's own step time, 32 envs (µs)",
-             ylabel=f"iteration time / {REFERENCE}'s", title="framework ratio (median, range over repeat pairs)")
+             ylabel=f"iteration time / {REFERENCE}'s", title="framework ratio (median, range over repeats)")
     left.yaxis.set_major_formatter(ScalarFormatter())  # the ratios span less than a decade: 2 and 3, not 2x10^0
     left.yaxis.set_minor_formatter(ScalarFormatter())
     for v in (REFERENCE, "torch", "torch_compile"):
@@ -76,7 +67,7 @@ def expensive_section(runs, times, out):
     out.heading("Expensive environments (Craftax)",
                 "Craftax-Classic-Symbolic-v1 and Craftax-Symbolic-v1 beside three cheap envs, run in one session "
                 "(bench.sh expensive: the scripts' batch of 32 envs x 256 steps, synced, each repeat's runs in a "
-                "shuffled order). Steady state: iterations 8..end.")
+                "shuffled order). Steady state: iterations 8..end.", sessions_note(runs))
     plot_expensive(runs, times, out)
     keys = sorted({(r.env_id, r.model) for r in runs}, key=lambda k: (times[k[0]], k[1] != "small"))
     ratios = {v: pair_ratios(runs, v, REFERENCE, ITERATION) for v in OTHERS}
@@ -87,7 +78,7 @@ def expensive_section(runs, times, out):
                      *(median_range(ratios[v][(env, model)], ratio=True) if (env, model) in ratios[v] else "not run"
                        for v in OTHERS)])
     out.table(f"The framework gap against the env's own cost: each variant's steady iteration over {REFERENCE}'s, "
-              "median (range, n repeat pairs); the env's step time (32 envs, random actions), Linen's steady "
+              "median (range, n repeats); the env's step time (32 envs, random actions), Linen's steady "
               "seconds per iteration and the rollout's share of it",
               ["env", "model", "env step (µs)", "Linen s/iter", "Linen rollout share",
                *(f"{v} / {REFERENCE}" for v in OTHERS)], rows, block="expensive-ratios")

@@ -5,8 +5,8 @@ import numpy as np
 
 from .exp1 import REFERENCE, runs_behind
 from .output import fmt
-from .stats import (MODELS, bucket_means, geomean, includes_one, median_summary, models_in, one_ratio, pair_ratios,
-                    ratio_cell, steady, total_time)
+from .stats import (MODELS, bucket_means, first_iteration, geomean, includes_one, median_of, models_in, one_ratio,
+                    pair_ratios, ratio_cell, startup, steady, total_time)
 
 STEADY = steady("time/iteration")
 JAX_VARIANTS = ("nnx", "nnx_cached", "equinox")
@@ -37,8 +37,7 @@ def torch_gap(exp1, model="small") -> str:
 
 def compile_payback(exp1, exp2, model="small") -> str:
     """What torch.compile costs up front and when it has paid for itself."""
-    start = lambda v: median_summary([r for r in exp1 if r.variant == v and r.model == model],
-                                     "time/startup", "time/iteration_0")
+    start = lambda v: median_of([r for r in exp1 if r.variant == v and r.model == model], startup, first_iteration)
     eager, compiled = bucket_means(exp1, "torch", model), bucket_means(exp1, "torch_compile", model)
     if None in (eager, compiled, start("torch"), start("torch_compile")):
         return (f"At {model}, torch.compile / torch in steady state "

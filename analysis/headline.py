@@ -4,15 +4,15 @@ that README.md shows, generated like every other figure."""
 import json
 from collections import defaultdict
 
+import numpy as np
+
 from . import agents, cpuenv, expensive
 from .exp1 import REFERENCE, linen_seconds, runs_behind
-from .output import color, fmt, variant_order
+from .output import NAMES, color, fmt, name, variant_order
 from .runs import EXPERIMENTS
-from .stats import MODELS, bucket_means, models_in, one_ratio, ratio_cell, steady, total_time
+from .stats import MODELS, bucket_means, models_in, one_ratio, ratio_cell, session_of, steady, total_time
 
 STEADY = steady("time/iteration")
-NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, cached", "equinox": "Equinox",
-         "torch": "PyTorch, eager", "torch_compile": "PyTorch, torch.compile"}
 
 
 def study_section(runs, skipped, out):
@@ -23,6 +23,7 @@ def study_section(runs, skipped, out):
     rows = [[n, device, cpu, ", ".join(f"{k} {val}" for k, val in json.loads(versions).items() if val)]
             for (device, cpu, versions), n in sorted(seen.items(), key=lambda kv: -kv[1])]
     out.table("Machines and versions", ["runs", "device", "CPU", "versions"], rows, block="machines")
+    sessions_table(runs, out)
     rows = []
     for exp in EXPERIMENTS:
         for model in MODELS:
@@ -35,17 +36,39 @@ def study_section(runs, skipped, out):
               block="what-ran", note=f"{len(runs)} runs analysed, {len(skipped)} skipped.")
 
 
+def sessions_table(runs, out):
+    """Each session (one bench.sh sitting) with what its runs recorded of the machine and what its
+    calibration measured, so that a change of machine between sessions shows."""
+    rows = []
+    for session in sorted({session_of(r) for r in runs}, key=lambda s: s or ""):
+        sel = [r for r in runs if session_of(r) == session]
+        info = sel[0].info
+        loads = [r.info["load_average"][0] for r in sel if "load_average" in r.info]
+        cal = next((r.calibration for r in sel if r.calibration), None)
+        ms = lambda x: f"{x * 1e3:.2f}" if x else "–"
+        rows.append([session or "not recorded", len(sel), ", ".join(sorted({r.experiment for r in sel})),
+                     info.get("cpu"), info.get("cores", "–"), " ".join(info.get("cpu_flags", [])) or "–",
+                     fmt(info.get("cpu_mhz")), f"{np.median(loads):.2f} ({max(loads):.2f})" if loads else "–",
+                     *(ms(cal["minibatch_step_seconds"][fw]) if cal else "–" for fw in ("torch", "jax")),
+                     *(ms(cal["layer_seconds"][fw]["large"]) if cal else "–" for fw in ("torch", "jax"))])
+    out.table("Sessions: the machine as each sitting's runs found it (load: the 1-minute load average as a run "
+              "started, median and max) and its calibration (calibrate.py, ms: one small-model minibatch step; "
+              "one 1024-wide layer)", ["session", "runs", "experiments", "CPU", "cores", "AVX flags", "MHz",
+                                       "load at start", "step torch", "step jax", "layer torch", "layer jax"],
+              rows, block="sessions")
+
+
 def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
     """README's table: each variant's steady-state time against Linen's at each model size."""
     models = models_in(exp1)
     variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
     rows = [[f"{NAMES[REFERENCE]}: seconds per iteration", *(f"{linen_seconds(exp1, m)} s" for m in models)]]
     for v in variants:
-        rows.append([f"{NAMES.get(v, v)} / Linen", *(ratio_cell(one_ratio(exp1, v, REFERENCE, STEADY, m))
+        rows.append([f"{name(v, exp1)} / Linen", *(ratio_cell(one_ratio(exp1, v, REFERENCE, STEADY, m))
                                                    for m in models)])
     for v in ("torch", "torch_compile"):
         if v in variants:
-            rows.append([f"whole run, {NAMES[v]} / Linen",
+            rows.append([f"whole run, {name(v, exp1)} / Linen",
                          *(ratio_cell(one_ratio(exp1, v, REFERENCE, total_time, m)) for m in models)])
     out.heading("The answer first")
     out.table("Time per iteration against Flax Linen's, steady state (iterations 8..end)",
@@ -53,7 +76,7 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
               note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
                    "Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead.")
     rows = []
-    compile_cells = [f"{NAMES[v]} {fmt(bucket_means(exp1, v, 'small')[0])} s"
+    compile_cells = [f"{name(v, exp1)} {fmt(bucket_means(exp1, v, 'small')[0])} s"
                      for v in (REFERENCE, "torch", "torch_compile")
                      if bucket_means(exp1, v, "small")]
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
@@ -78,7 +101,7 @@ def plot_headline(exp1, models, variants, out):
             has_ci = row["envs"] >= 5
             err = [[row["geomean"] - row["ci_low"]], [row["ci_high"] - row["geomean"]]] if has_ci else None
             # from the line at 1: up when slower than Linen, down when faster
-            ax.bar(x, row["geomean"] - 1, width, bottom=1, color=color(v), label=NAMES.get(v, v) if i == 0 else None,
+            ax.bar(x, row["geomean"] - 1, width, bottom=1, color=color(v), label=name(v, exp1) if i == 0 else None,
                    yerr=err, capsize=2, ecolor="black")
             above = max(row["geomean"], row["ci_high"] if has_ci else 0, 1)
             ax.text(x, above * 1.03, f"{row['geomean']:.2f}", ha="center", va="bottom", fontsize=7)

@@ -23,6 +23,24 @@ VARIANT_COLORS = {
     "linen_agents": "#1f77b4", "nnx_agents": "#ff7f0e", "torch_agents": "#9467bd", "torch_agents_compile": "#8c564b",
 }
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
+# what each variant compiles, in the tables' words; torch_compile's depends on the run (compile_scope)
+NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.jit + nnx.cached_partial",
+         "equinox": "Equinox", "torch": "PyTorch, eager", "torch_compile": "PyTorch, torch.compile"}
+COMPILE_SCOPES = {  # ppo_torch_compile.py's --compile-scope: what is compiled besides GAE
+    "grads": "loss, gradients and clip; Adam eager",
+    "grads+policy": "loss, gradients, clip and the policy step; Adam eager",
+    "update": "the whole minibatch step, Adam included",
+    "update+policy": "the whole minibatch step and the policy step",
+}
+EARLIER_SCOPE = "update+policy"  # what torch_compile compiled before --compile-scope existed
+
+
+def name(variant: str, runs=()) -> str:
+    """A variant's name in tables, torch_compile's with what its runs compiled."""
+    if variant != "torch_compile":
+        return NAMES.get(variant, variant)
+    scopes = sorted({r.info["args"].get("compile_scope", EARLIER_SCOPE) for r in runs if r.variant == variant})
+    return f"{NAMES[variant]} ({'; '.join(COMPILE_SCOPES.get(s, s) for s in scopes)})" if scopes else NAMES[variant]
 
 
 def variant_order(variants) -> list[str]:

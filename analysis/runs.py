@@ -1,6 +1,7 @@
 """Reading runs: every run directory below a folder or inside an archive, with TensorBoard's
 own event reader (no down-sampling); partial, corrupt and empty runs skipped with the reason."""
 
+import io
 import json
 import tarfile
 import tempfile
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive",  # bench.sh's folders
+EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "tuning",  # bench.sh's folders
                "craftax-learning")  # and the longer Craftax runs' (docs/results.md says how they ran)
+LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
 
 
 @dataclass
@@ -27,6 +29,7 @@ class Run:
     info: dict
     experiment: str = ""
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
+    calibration: dict | None = None  # its session's calibrate.py measurements, where bench.sh made them
 
     def series(self, tag):
         return self.scalars.get(tag, (np.array([]), np.array([]), np.array([])))
@@ -106,6 +109,9 @@ def find_runs(roots: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
                 with tarfile.open(root) as tar:
                     tar.extractall(tmp, filter="data")
                 found, bad = runs_below(Path(tmp))
+                if (Path(tmp) / LEFT_OUT).exists():  # skipped when it was packed: still skipped
+                    bad += [(Path(tmp) / path, f"left out of the archive: {why}")
+                            for path, why in json.loads((Path(tmp) / LEFT_OUT).read_text())]
             # named inside the archive, so the report is the same wherever it was unpacked
             inside = lambda path: Path(root) / path.relative_to(tmp)
             for run in found:
@@ -121,27 +127,59 @@ def find_runs(roots: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
 
 def runs_below(root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
     runs, skipped = [], []
+    calibrations = sessions_below(root)
     for run_json in sorted(root.rglob("run.json")):
         run_dir = run_json.parent
         if "warmup" in run_dir.parts:
             continue
         try:
-            runs.append(load_run(run_dir))
+            run = load_run(run_dir)
+            run.calibration = calibrations.get(run.info.get("session"))
+            runs.append(run)
         except ValueError as e:
             skipped.append((run_dir, str(e)))
     return runs, skipped
 
 
+def calibration_files(root: Path) -> list[Path]:
+    """What bench.sh's calibrate.py wrote at the start of each session: <out>/sessions/<session>.json."""
+    return sorted(root.rglob("sessions/*.json"))
+
+
+def sessions_below(root: Path) -> dict[str, dict]:
+    """{session: its calibration}; two calibrations of one session (calibrate.py run again with
+    its BENCHBACK_SESSION, say with --gemm-options) add up, the later one's layers added."""
+    found = {}
+    for path in calibration_files(root):
+        try:
+            data = json.loads(path.read_text())
+            earlier = found.get(data["session"], {})
+            found[data["session"]] = {**earlier, **data,
+                                      "layer_seconds": {**earlier.get("layer_seconds", {}), **data["layer_seconds"]}}
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
+            continue  # a calibration that failed leaves its session's runs without one, nothing worse
+    return found
+
+
 def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
     """Packs what the report reads of every complete run (run.json, summary.json, the event
-    files; not console logs) into one .tar.xz: (runs packed, runs left out with why)."""
+    files; not console logs) and the sessions' calibrations into one .tar.xz, with the list of
+    the runs it left out (partial, corrupt), which the report counts as skipped: (runs packed,
+    runs left out with why)."""
     count, left_out = 0, []
     with tarfile.open(archive, "w:xz", preset=9) as tar:
         for root in map(Path, roots):
+            inside = lambda f: str(root.resolve().name / f.relative_to(root))
             runs, skipped = runs_below(root)
-            left_out += skipped
+            left_out += [(Path(inside(path)), why) for path, why in skipped]
             for run in runs:
                 for f in sorted([run.path / "run.json", run.path / "summary.json", *run.path.glob("*tfevents*")]):
-                    tar.add(f, arcname=str(root.resolve().name / f.relative_to(root)))
+                    tar.add(f, arcname=inside(f))
+            for f in calibration_files(root):
+                tar.add(f, arcname=inside(f))
             count += len(runs)
+        listing = json.dumps([[str(path), why] for path, why in left_out], indent=1).encode()
+        entry = tarfile.TarInfo(LEFT_OUT)
+        entry.size = len(listing)
+        tar.addfile(entry, io.BytesIO(listing))
     return count, left_out

@@ -1,6 +1,8 @@
 """Statistics, one convention everywhere:
-- a ratio is "time of A / time of B" (above 1: A takes longer), for every pair of runs that
-  differ only in the variant, summarized by the geometric mean over all such pairs;
+- a ratio is "time of A / time of B" (above 1: A takes longer), for each pair of runs that differ
+  only in the variant and ran in the same repeat (seed) of the same session on the same device:
+  one ratio per repeat, never every run against every other; summarized by the geometric mean;
+- the steady state is the mean over iterations 8..end, and only from at least 10 of them;
 - an interval only from at least MIN_FOR_INTERVAL independent units (environments): a 95%
   bootstrap interval of the geometric mean resampling them; from fewer, "n = k, range";
   from one run each, "1 run each";
@@ -13,6 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 MIN_FOR_INTERVAL = 5  # below this many units, a bootstrap interval says more than the data
+STEADY_FROM, MIN_STEADY = 8, 10  # the steady state: iterations 8..end, at least 10 of them
 MODELS = ("small", "medium", "large")
 EQUIVALENCE_MARGIN = 0.5  # in pooled within-variant standard deviations of the final return
 ALPHA = 0.05
@@ -23,7 +26,7 @@ def iteration_buckets(run) -> tuple[float, float, float]:
     """Mean iteration time in benchback-rl's buckets: 0, 1..7, 8..end."""
     t = run.series("time/iteration")[1]
     mean = lambda x: float(np.mean(x)) if len(x) else math.nan
-    return float(t[0]), mean(t[1:8]), mean(t[8:])
+    return float(t[0]), mean(t[1:STEADY_FROM]), mean(t[STEADY_FROM:]) if len(t) >= STEADY_FROM + MIN_STEADY else math.nan
 
 
 def bucket_means(runs, variant: str, model: str) -> tuple[float, float, float] | None:
@@ -33,10 +36,11 @@ def bucket_means(runs, variant: str, model: str) -> tuple[float, float, float] |
 
 
 def steady(tag: str):
-    """The mean of a per-iteration time over iterations 8..end, from the event file."""
+    """The mean of a per-iteration time over iterations 8..end, from the event file; None from a
+    run with fewer than MIN_STEADY of them (two iterations are no steady state)."""
     def value(run):
         t = run.series(tag)[1]
-        return float(np.mean(t[8:])) if len(t) > 8 else None
+        return float(np.mean(t[STEADY_FROM:])) if len(t) >= STEADY_FROM + MIN_STEADY else None
     return value
 
 
@@ -44,10 +48,48 @@ def total_time(run):
     return run.summary.get("time/total")
 
 
-def median_summary(runs, *keys) -> float | None:
-    """The median over runs of the sum of these summary.json values (runs lacking one are left out)."""
-    values = [sum(v) for r in runs if None not in (v := [r.summary.get(k) for k in keys])]
-    return float(np.median(values)) if values else None
+def first_iteration(run) -> float | None:
+    """Iteration 0: compilation, and the first rollout and update."""
+    t = run.series("time/iteration")[1]
+    return float(t[0]) if len(t) else None
+
+
+def startup(run) -> float | None:
+    """Process start to the first iteration (imports, set-up): iteration 0's event, written as it
+    ended, less its duration, less the start time in run.json."""
+    _, t, walls = run.series("time/iteration")
+    return float(walls[0] - t[0] - run.info["start_time"]) if len(t) and "start_time" in run.info else None
+
+
+def peak_rss(run) -> float | None:
+    """The process's peak resident memory (MB), as its last iteration logged it."""
+    rss = run.series("memory/peak_rss_mb")[1]
+    return float(rss[-1]) if len(rss) else None
+
+
+def session_of(run) -> str | None:
+    """The bench.sh session (one sitting on one machine) a run ran in; None before sessions were recorded."""
+    return run.info.get("session")
+
+
+def sessions_note(runs) -> str:
+    """What a table's runs are made of, session-wise: said under every table that pairs runs."""
+    recorded = sorted({s for r in runs if (s := session_of(r))})
+    unrecorded = sum(session_of(r) is None for r in runs)
+    parts = []
+    if recorded:
+        parts.append(f"{len(recorded)} session{'s' * (len(recorded) > 1)} ({', '.join(recorded)})"
+                     + ("; ratios pair runs of one session only" if len(recorded) > 1 else ""))
+    if unrecorded:
+        parts.append(f"{unrecorded} run{'s' * (unrecorded > 1)} from before sessions were recorded, whose "
+                     "pairs (one repeat each) may span sittings and machines")
+    return "Sessions: " + "; ".join(parts) + "." if parts else ""
+
+
+def median_of(runs, *values) -> float | None:
+    """The median over runs of the sum of these per-run values (runs lacking one are left out)."""
+    sums = [sum(v) for r in runs if None not in (v := [value(r) for value in values])]
+    return float(np.median(sums)) if sums else None
 
 
 def models_in(runs) -> list[str]:
@@ -71,20 +113,24 @@ def geomean(x) -> float:
     return float(np.exp(np.mean(np.log(x))))
 
 
+def repeat_of(run) -> tuple:
+    """What two runs share to be paired: the repeat (bench.sh's repeat r runs seed r), the session
+    and the device (a GPU's run against a CPU's, or Monday's machine against Tuesday's, measures both)."""
+    return run.seed, session_of(run), run.info.get("device")
+
+
 def pair_ratios(runs, a: str, b: str, value) -> dict[tuple[str, str], np.ndarray]:
-    """{(env, model): value(run of a) / value(run of b) for every pair of repeats}; a run is
-    never paired with one made on another device (a GPU's run against a CPU's measures both)."""
-    by = defaultdict(lambda: defaultdict(list))
+    """{(env, model): value(run of a) / value(run of b), one ratio per repeat}."""
+    by = defaultdict(dict)
     for r in runs:
         v = value(r)
         if v is not None and v > 0:
-            by[(r.env_id, r.model)][r.variant].append((v, r.info.get("device")))
-    out = {}
-    for key, per_variant in by.items():
-        ratios = [x / y for x, dx in per_variant.get(a, []) for y, dy in per_variant.get(b, []) if dx == dy]
-        if ratios:
-            out[key] = np.array(ratios)
-    return out
+            by[(r.env_id, r.model, *map(str, repeat_of(r)))][r.variant] = v
+    out = defaultdict(list)
+    for (env, model, *_), values in sorted(by.items()):
+        if a in values and b in values:
+            out[(env, model)].append(values[a] / values[b])
+    return {key: np.array(ratios) for key, ratios in out.items()}
 
 
 def bootstrap_geomean_ci(ratios_by_env: list[np.ndarray], n: int = 2000, seed: int = 0) -> tuple[float, float]:
