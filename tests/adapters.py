@@ -3,6 +3,7 @@ run the script's own functions (loss, update, rollout), and hand back canonical 
 Canonical weights are {"actor" | "critic": [(kernel (in, out), bias), ...]} (reference.py)."""
 
 import contextlib
+import dataclasses
 import functools
 from functools import partial
 
@@ -49,6 +50,19 @@ class Adapter:
 
     def logits(self, obs) -> np.ndarray:
         raise NotImplementedError
+
+    def weights(self) -> dict:
+        """The model's canonical weights now."""
+        raise NotImplementedError
+
+    def adam_state(self) -> tuple[dict, dict, int]:
+        """Adam's first and second moments (canonical, like weights) and its step count."""
+        import jax
+        import optax
+
+        is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)
+        (adam,) = [x for x in jax.tree.leaves(self.opt_state_tree(), is_leaf=is_adam) if is_adam(x)]
+        return self.canonical(adam.mu), self.canonical(adam.nu), int(np.asarray(adam.count))
 
     @contextlib.contextmanager
     def drawn_permutations(self):
@@ -156,6 +170,12 @@ class Linen(Adapter):
         logits = self.state.apply_fn(self.state.params, self.jnp.asarray(obs), method=self.m.ActorCritic.logits)
         return np.asarray(logits)
 
+    def weights(self):
+        return self.canonical(self.state.params)
+
+    def opt_state_tree(self):
+        return self.state.opt_state
+
     def run_rollout(self, env, env_params, env_key, runner_key, calls):
         obs, env_state = jitted_reset(self.m, env, env_params, self.args.num_envs)(env_key)
         runner = self.m.Runner(runner_key, env_state, obs)
@@ -233,6 +253,12 @@ class NNX(Linen):
     def logits(self, obs):
         return np.asarray(self.model.logits(self.jnp.asarray(obs)))
 
+    def weights(self):
+        return self.canonical(self.nnx.state(self.model))
+
+    def opt_state_tree(self):
+        return self.optimizer.opt_state
+
 
 class Equinox(NNX):
     """The model is a pytree; eqx.nn.Linear keeps its weight as (out, in), like torch."""
@@ -278,6 +304,12 @@ class Equinox(NNX):
         saved = self.m.read_model(str(path), self.args, *self.m.make_env(self.args.env_id))
         self.model, self.opt_state = self.m.restore(saved, self.opt_state)
 
+    def weights(self):
+        return self.canonical(self.model)
+
+    def opt_state_tree(self):
+        return self.opt_state
+
 
 class Torch(Adapter):
     def setup(self, weights):
@@ -301,6 +333,12 @@ class Torch(Adapter):
     def weights(self):
         params = dict(self.agent.named_parameters())
         return self.canonical(lambda name: params[name].detach().clone())
+
+    def adam_state(self):
+        params = dict(self.agent.named_parameters())
+        state = lambda key: lambda name: self.optimizer.state[params[name]][key].detach().clone()
+        (count,) = {int(self.optimizer.state[p]["step"]) for p in params.values()}
+        return self.canonical(state("exp_avg")), self.canonical(state("exp_avg_sq")), count
 
     def loss_and_grads(self, mb):
         loss, stats = self.m.ppo_loss(self.agent, self.batch(mb), self.args)
@@ -390,20 +428,33 @@ class TorchGymnasium(Torch):
 
 
 @functools.cache
-def compiled_torch_module():
+def compiled_torch_module(scope: str):
     """A private copy of ppo_torch_compile.py with its hot paths compiled as the script compiles
-    them on a CPU, made once per test session: the shared module keeps its eager functions."""
+    them on a CPU at that --compile-scope, made once per test session and scope: the shared
+    module keeps its eager functions."""
     m = load("ppo_torch_compile.py", fresh=True)
-    m.compile_hot_paths("default")
+    m.compile_hot_paths("default", scope)
     return m
 
 
 class TorchCompile(Torch):
-    """The compiled policy step, GAE and update: compilation must not change the numbers."""
+    """The compiled gradients and GAE (the CPU's default scope): compilation must not change the numbers."""
 
-    @staticmethod
-    def module(script):
-        return compiled_torch_module()
+    SCOPE = "grads"
+
+    def __init__(self, script, weights, args):
+        super().__init__(script, weights, dataclasses.replace(args, compile_scope=self.SCOPE))
+
+    @classmethod
+    def module(cls, script):
+        return compiled_torch_module(cls.SCOPE)
+
+
+class TorchCompileAll(TorchCompile):
+    """Everything compiled (--compile-scope update+policy, the CUDA default): the policy step, GAE
+    and the whole minibatch step with the multi-tensor, capturable Adam."""
+
+    SCOPE = "update+policy"
 
 
 class Agents:
@@ -499,9 +550,9 @@ class TorchAgentsCompile(TorchAgents):
 
 
 def adapter_for(script: str, compiled: bool = False) -> type[Adapter]:
-    """The adapter of a script (compiled: the agent script's --compile)."""
+    """The adapter of a script (compiled: the agent script's --compile, torch_compile's everything)."""
     if compiled:
-        return {"ppo_torch_agents.py": TorchAgentsCompile}[script]
+        return {"ppo_torch_agents.py": TorchAgentsCompile, "ppo_torch_compile.py": TorchCompileAll}[script]
     return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox, "torch": Torch,
             "torch_compile": TorchCompile, "linen_gymnasium": LinenGymnasium,
             "torch_gymnasium": TorchGymnasium, "linen_agents": LinenAgents, "nnx_agents": NNXAgents,

@@ -26,9 +26,7 @@ TINY_ARGS = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, n
 TINY = [a for name, value in TINY_ARGS.items() for a in (f"--{name.replace('_', '-')}", str(value))]
 
 SUMMARY_KEYS = {
-    "time/startup", "time/iteration_0", "time/iteration_mean_1_7", "time/iteration_mean_8_end",
-    "time/rollout_mean_8_end", "time/update_mean_8_end", "time/total", "charts/episodic_return_final",
-    "memory/peak_rss_mb", "memory/peak_device_mb", "variant", "env_id", "model", "seed", "num_iterations",
+    "time/total", "charts/episodic_return_final", "variant", "env_id", "model", "seed", "num_iterations",
     "saved_model", "eval/episodic_return", "eval/episodic_returns",
 }
 TAGS = {
@@ -79,6 +77,15 @@ def scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+def wall_times(run_dir, tag="time/iteration") -> list[float]:
+    """When each of a tag's events was written (its wall time), with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0, ea.SCALARS: 0})
+    acc.Reload()
+    return [e.wall_time for e in (acc.Tensors(tag) if tag in acc.Tags()["tensors"] else acc.Scalars(tag))]
+
+
 def load(script: str, fresh: bool = False):
     """Imports a script as a module (its main() does not run). A fresh copy is private to its
     caller: what the caller changes in it (compiled functions, say) no other test sees."""
@@ -91,3 +98,22 @@ def load(script: str, fresh: bool = False):
         sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def train_in_process(script: str, log_dir, watch=None, load_model=None, **changes):
+    """Trains in this process, in a private copy of the script (training compiles torch's hot paths
+    into its module), at the tiny size with these Args changes, from a saved model if given.
+    watch(module) returns the RunLog class to log with (a subclass that watches each iteration),
+    and may change the module first. Returns the module it trained in."""
+    import inspect
+
+    m = load(script, fresh=True)
+    args = m.Args(**{**TINY_ARGS, **changes}, log_dir=str(log_dir))
+    env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
+    saved = None
+    if load_model:  # as main() reads it (Equinox's reader takes the env: its shapes make the model)
+        saved = m.read_model(str(load_model), args, *(env if "env" in inspect.signature(m.read_model).parameters else ()))
+    writer = m.Writer(str(log_dir))
+    m.train(args, *env, (watch(m) if watch else m.RunLog)(writer, args, "in-process"), saved)
+    writer.close()
+    return m

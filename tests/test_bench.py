@@ -1,5 +1,6 @@
 """bench.sh: the schedule it plans, its filters and shards, resume, failures and Ctrl-C."""
 
+import json
 import os
 import re
 import signal
@@ -139,6 +140,7 @@ def test_each_repeat_runs_in_its_own_shuffled_order():
 
 
 def test_the_plan_file_records_the_order_and_its_seed(tmp_path):
+    """And the session: every run records it, and its calibration comes first."""
     options = ("exp2", "--envs", "CartPole-v1", "--variants", "linen,nnx,equinox", "--order-seed", "3",
                "--out", tmp_path)
     proc = bench(*options, "--", *TINY)
@@ -149,6 +151,27 @@ def test_the_plan_file_records_the_order_and_its_seed(tmp_path):
     assert plan[1:] == dry
     ran = [f"ppo_{line.split()[4]}.py" for line in proc.stdout.splitlines() if line.startswith("[")]
     assert ran == [line.split()[3] for line in dry]  # they ran in the planned order
+    (calibration,) = (tmp_path / "sessions").glob("*.json")
+    session = json.loads(calibration.read_text())
+    assert calibration.stem == session["session"] and session["session"] in proc.stdout
+    assert {"torch", "jax"} <= set(session["layer_seconds"]) and all(
+        t > 0 for t in session["minibatch_step_seconds"].values())
+    assert {json.loads(p.read_text())["session"] for p in tmp_path.glob("exp2/r1/*/run.json")} == {session["session"]}
+
+
+def test_tuning_runs_each_setting_in_its_folder():
+    lines = planned("tuning", "--repeats", "2")
+    assert len(lines) == 2 * 2 * 11  # repeats x sizes x (variant, setting) pairs
+    settings = {"xla-n": "env XLA_FLAGS=--xla_cpu_multi_thread_eigen=true ",
+                "xla-1": "env XLA_FLAGS=--xla_cpu_multi_thread_eigen=false ",
+                "torch-1": "env OMP_NUM_THREADS=1 ", "omp-passive": "env OMP_WAIT_POLICY=PASSIVE "}
+    for line in lines:
+        setting = re.search(r"--log-dir runs/tuning/r\d/(\S+) ", line)[1]
+        assert settings[setting] in line and line.endswith("--sync-timing --num-iterations 20"), line
+    scopes = sorted(re.search(r"--compile-scope (\S+)", x)[1] for x in lines if "--compile-scope" in x and " r1]" in x)
+    assert scopes == sorted(["grads", "grads", "grads+policy", "update", "update+policy"] * 2)
+    kept = planned("tuning", "--variants", "linen", "--models", "small")
+    assert len(kept) == 2 and all("ppo_linen.py" in x for x in kept)
 
 
 def test_filters():
@@ -192,7 +215,7 @@ def test_failure_logged_then_resume(tmp_path):
     failing.write_text(f'#!/bin/bash\nif [[ "$*" == *ppo_equinox.py* ]]; then echo boom >&2; exit 3; fi\n'
                        f'exec {sys.executable} "$@"\n')
     failing.chmod(0o755)
-    first = bench("exp2", "--envs", "CartPole-v1", "--variants", "equinox,linen", "--out", out, "--", *TINY,
+    first = bench("exp2", "--envs", "CartPole-v1", "--variants", "equinox,linen", "--out", out, "--no-calibrate", "--", *TINY,
                   python=failing)
     assert first.returncode == 1, first.stdout + first.stderr
     assert "1 ran, 0 skipped, 1 failed of 2 planned" in first.stdout
@@ -204,7 +227,7 @@ def test_failure_logged_then_resume(tmp_path):
     half = slot / "CartPole-v1__equinox__small__s1__1"  # an interrupted run: no summary.json
     half.mkdir()
     (half / "run.json").write_text("{}")
-    second = bench("exp2", "--envs", "CartPole-v1", "--variants", "equinox,linen", "--out", out, "--resume",
+    second = bench("exp2", "--envs", "CartPole-v1", "--variants", "equinox,linen", "--out", out, "--resume", "--no-calibrate",
                    "--", *TINY)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "1 ran, 1 skipped, 0 failed of 2 planned" in second.stdout
@@ -224,7 +247,7 @@ def sigint_default():
 def test_ctrl_c_stops_the_sweep(tmp_path):
     out = tmp_path / "runs"
     proc = subprocess.Popen(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
-                             "linen,torch", "--out", str(out), "--iterations", "100000"], cwd=ROOT,
+                             "linen,torch", "--out", str(out), "--iterations", "100000", "--no-calibrate"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=sigint_default,
                             env={**os.environ, "PYTHON": sys.executable})
@@ -262,7 +285,7 @@ def test_ctrl_c_ends_a_run_that_ignores_it(tmp_path):
     stubborn.chmod(0o755)
     out = tmp_path / "runs"
     proc = subprocess.Popen(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
-                             "linen,torch", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                             "linen,torch", "--out", str(out), "--no-calibrate"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=sigint_default,
                             env={**os.environ, "PYTHON": str(stubborn)})
     logs = out / "exp2" / "r1" / "logs"

@@ -3,7 +3,7 @@ second iteration because its accumulators changed shape between calls), and
 torch.compile's mode none is the eager script."""
 
 import pytest
-from helpers import GYMNASIUM_SCRIPTS, SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars
+from helpers import GYMNASIUM_SCRIPTS, SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars, train_in_process
 
 JAX_SCRIPTS = [s for s in SCRIPTS if "torch" not in s]
 GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]
@@ -25,21 +25,17 @@ def backend_compiles():
 
 
 def compiles_per_iteration(script, log_dir, count, **extra) -> list[int]:
-    """Trains in this process, in a private copy of the script (training compiles torch's hot paths
-    into its module); returns the compilation count at the end of each iteration."""
-    m = load(script, fresh=True)
-    args = m.Args(**TINY_ARGS, **extra, log_dir=str(log_dir))
-    env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
+    """Trains in this process; returns the compilation count at the end of each iteration."""
     seen = []
 
-    class CountingLog(m.RunLog):
-        def iteration(self, iteration, times, stats):
-            seen.append(count())
-            return super().iteration(iteration, times, stats)
+    def counting(m):
+        class CountingLog(m.RunLog):
+            def iteration(self, iteration, times, stats):
+                seen.append(count())
+                return super().iteration(iteration, times, stats)
+        return CountingLog
 
-    writer = m.Writer(str(log_dir))
-    m.train(args, *env, CountingLog(writer, args, "compile-test"))
-    writer.close()
+    train_in_process(script, log_dir, counting, **extra)
     return seen
 
 
@@ -75,15 +71,38 @@ def dynamo_graphs(monkeypatch, tmp_path):
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # graph breaks counted by an earlier test are not this one's
     return lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
-@pytest.mark.parametrize("script, toggle", [("ppo_torch_compile.py", {"compile_mode": "default"}),
-                                            ("ppo_torch_agents.py", {"compile": True, "num_agents": 2})])
-def test_torch_compile_no_recompilation(script, toggle, tmp_path, dynamo_graphs):
+TORCH_COMPILED = [("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads"}, 2),
+                  ("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads+policy"}, 3),
+                  ("ppo_torch_agents.py", {"compile": True, "num_agents": 2}, 3)]
+
+
+@pytest.mark.parametrize("script, toggle, graphs", TORCH_COMPILED, ids=lambda x: str(x))
+def test_torch_compile_no_graph_break_no_recompilation(script, toggle, graphs, tmp_path, dynamo_graphs):
+    """What is compiled is each one graph (fullgraph: a break would be an error; none is counted
+    either) and nothing compiles again after iteration 0."""
+    import torch._dynamo
+
     seen = compiles_per_iteration(script, tmp_path, dynamo_graphs, **toggle)
-    assert seen[0] >= 3, f"expected the policy step, GAE and the update compiled, got {seen[0]} graphs"
+    assert seen[0] == graphs, f"expected {graphs} graphs (GAE, the gradients, the policy step), got {seen[0]}"
     assert seen == [seen[0]] * len(seen), f"graphs compiled by the end of each iteration: {seen}"
+    assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
+
+
+def test_torch_compile_whole_update_breaks_only_in_torch_optim(tmp_path, dynamo_graphs):
+    """--compile-scope update compiles the whole minibatch step, which torch.optim breaks on purpose
+    (zero_grad is skipped by dynamo; step's no_grad region): those breaks and no other, and no new
+    graph after iteration 0."""
+    import torch._dynamo
+
+    seen = compiles_per_iteration("ppo_torch_compile.py", tmp_path, dynamo_graphs, compile_mode="default",
+                                  compile_scope="update+policy")
+    assert seen == [seen[0]] * len(seen), f"graphs compiled by the end of each iteration: {seen}"
+    breaks = torch._dynamo.utils.counters["graph_break"]
+    assert breaks and all("Optimizer.zero_grad" in why or "graph_break()" in why for why in breaks), dict(breaks)
 
 
 def test_compile_mode_none_is_the_eager_script(tmp_path):

@@ -76,14 +76,20 @@ def variants(script) -> set[str]:
             for values in itertools.product(*choices)}
 
 
+SUFFIXES = ("-nojitenv", "-nojit", "-grads", "-grads+policy", "-update", "-update+policy")  # what toggles append
+
+
+def listed(name: str, row: str) -> bool:
+    """The row names the variant, or a toggle the row says appends a suffix to any of its variants."""
+    return f"`{name}`" in row or any(name.endswith(suffix) and f"`{suffix}`" in row
+                                     and listed(name.removesuffix(suffix), row) for suffix in SUFFIXES)
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_variant_is_in_the_scripts_table(script):
     (row,) = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| `{script}` |")]
     for name in variants(script):
-        listed = f"`{name}`" in row or any(  # a toggle the row says appends a suffix to every variant
-            name.endswith(suffix) and f"`{name.removesuffix(suffix)}`" in row and f"`{suffix}`" in row
-            for suffix in ("-nojitenv", "-nojit"))
-        assert listed, f"README's script table does not name {script}'s variant {name}"
+        assert listed(name, row), f"README's script table does not name {script}'s variant {name}"
 
 
 def test_preset_table_counts_what_bench_plans():

@@ -154,8 +154,9 @@ def test_loss_and_gradients_match_reference(script, problem):
             np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6 * scale, err_msg=f"{net} layer {i} bias")
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_updates_match_reference(script, problem):
+@pytest.mark.parametrize("script,compiled", [(s, False) for s in SCRIPTS] + [("ppo_torch_compile.py", True)],
+                         ids=SCRIPTS + ["ppo_torch_compile.py-update-compiled"])
+def test_updates_match_reference(script, compiled, problem):
     """UPDATES consecutive update() calls, on different batches, each of EPOCHS epochs of
     MINIBATCHES minibatches: the script draws a new permutation for every epoch of every call,
     and after each call the weights equal what the reference leaves after stepping through the
@@ -164,7 +165,7 @@ def test_updates_match_reference(script, problem):
     epochs and calls, are proven with the rest."""
     weights, batches = problem
     args = update_args(script)
-    adapter = adapter_for(script)(script, weights, args)
+    adapter = adapter_for(script, compiled)(script, weights, args)  # compiled: Adam too, multi-tensor
     with adapter.drawn_permutations() as perms:
         results = [adapter.update(batch, iteration=u) for u, batch in enumerate(batches)]
     assert len(perms) == UPDATES * EPOCHS, f"{script} drew {len(perms)} permutations, not one per epoch"

@@ -168,13 +168,15 @@ def sharpen(weights):
 
 
 CRAFTAX = "Craftax-Classic-Symbolic-v1"  # (the full game steps alike through the same helper, and compiles slower)
-CASES = ([(s, "CartPole-v1") for s in SCRIPTS] + [(s, "Breakout-MinAtar") for s in GYMNASIUM_SCRIPTS]
-         + [(s, CRAFTAX) for s in GYMNAX_SCRIPTS if s in SCRIPTS])
+CASES = ([(s, "CartPole-v1", False) for s in SCRIPTS] + [(s, "Breakout-MinAtar", False) for s in GYMNASIUM_SCRIPTS]
+         + [(s, CRAFTAX, False) for s in GYMNAX_SCRIPTS if s in SCRIPTS]
+         + [("ppo_torch_compile.py", "CartPole-v1", True)])  # the policy step compiled too (--compile-scope ...+policy)
 
 
 @pytest.mark.parametrize("policy", ["soft", "sharp"])
-@pytest.mark.parametrize("script,env_id", CASES)
-def test_rollout_matches_step_by_step_reference(script, env_id, policy, monkeypatch):
+@pytest.mark.parametrize("script,env_id,compiled", CASES,
+                         ids=[f"{s}-{e}" + ("-compiled" if c else "") for s, e, c in CASES])
+def test_rollout_matches_step_by_step_reference(script, env_id, compiled, policy, monkeypatch):
     """Two consecutive rollout() calls, the runner carried across as the script carries it."""
     import jax
 
@@ -193,7 +195,7 @@ def test_rollout_matches_step_by_step_reference(script, env_id, policy, monkeypa
     weights = ref.random_weights(np.random.default_rng(2), len(first_obs[0]), (64, 64), num_actions)
     if policy == "sharp":
         sharpen(weights)
-    calls = adapter_for(script)(script, weights, args).rollouts(*env_inputs, jax.random.key(4), calls=2)
+    calls = adapter_for(script, compiled)(script, weights, args).rollouts(*env_inputs, jax.random.key(4), calls=2)
     actions = np.concatenate([batch["actions"].reshape(NUM_STEPS, NUM_ENVS) for batch, *_ in calls])
     expected, episodes = reference_rollout(first_obs, step, actions)
     ends = expected["terminated"] | expected["truncated"]

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import ROOT, TINY_ARGS, load, read_json, run, run_ok, scalars
+from helpers import AGENT_SCRIPTS, ROOT, TINY_ARGS, load, read_json, run, run_ok, scalars, train_in_process
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
+from helpers import SCRIPTS as ALL_SCRIPTS
 from test_equivalence import ATOL_WEIGHTS, random_batch
 
 OBS_DIM, NUM_ACTIONS = 4, 2  # CartPole-v1's: Equinox reads a saved model into the shapes the env gives
@@ -90,6 +91,87 @@ def test_a_saved_model_reloads_in_a_new_process(script, saved):
                                err_msg=f"{script}: the first update after loading (the optimizer state)")
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_reload_restores_each_documented_promise(script, tmp_path):
+    """Into other weights, one promise at a time: the weights, Adam's first and second moments and
+    its step count are the saved ones, exactly; the schedule starts again at the full rate."""
+    weights, batches, _ = problem()
+    args = update_args(script)
+    saving = adapter_for(script)(script, weights, args)
+    saving.update(batches[0], iteration=0)
+    saving.save(tmp_path)
+    loading = adapter_for(script)(script, ref.random_weights(np.random.default_rng(OTHER_WEIGHTS), OBS_DIM, (64, 64),
+                                                             NUM_ACTIONS), args)
+    loading.load(tmp_path)
+    np.testing.assert_array_equal(ref.flat(loading.weights()), ref.flat(saving.weights()), err_msg="the weights")
+    (mu, nu, count), (saved_mu, saved_nu, saved_count) = loading.adam_state(), saving.adam_state()
+    np.testing.assert_array_equal(ref.flat(mu), ref.flat(saved_mu), err_msg="Adam's first moment")
+    np.testing.assert_array_equal(ref.flat(nu), ref.flat(saved_nu), err_msg="Adam's second moment")
+    assert count == saved_count == 1, f"Adam's step count: {count} after loading, {saved_count} saved"
+    _, used, _ = loading.update(batches[1], iteration=0)
+    assert used == pytest.approx(args.learning_rate), "the loading run's schedule did not start again"
+
+
+def agents(script) -> dict:
+    return {"num_agents": 2} if script in AGENT_SCRIPTS else {}
+
+
+def streams(script, log_dir, load_model=None) -> dict:
+    """The first observations of the training envs, and every shuffle permutation, that two
+    iterations of training draw (JAX's through an ordered debug callback)."""
+    import jax
+    import torch
+
+    drawn = {"obs": [], "perm": []}
+    permutation, randperm = jax.random.permutation, torch.randperm
+
+    def jax_permutation(*args, **kwargs):
+        perm = permutation(*args, **kwargs)
+        jax.debug.callback(lambda p: drawn["perm"].append(np.asarray(p).copy()), perm, ordered=True)
+        return perm
+
+    def torch_randperm(*args, **kwargs):
+        perm = randperm(*args, **kwargs)
+        drawn["perm"].append(perm.numpy().copy())
+        return perm
+
+    def watch(m):
+        env_reset = m.env_reset
+
+        def reset(*args, **kwargs):
+            obs, state = env_reset(*args, **kwargs)
+            if isinstance(obs, np.ndarray):
+                drawn["obs"].append(obs.copy())
+            else:
+                jax.debug.callback(lambda o: drawn["obs"].append(np.asarray(o).copy()), obs, ordered=True)
+            return obs, state
+        m.env_reset = reset
+        return m.RunLog
+
+    jax.random.permutation, torch.randperm = jax_permutation, torch_randperm
+    try:
+        train_in_process(script, log_dir, watch, load_model=load_model, num_iterations=2, **agents(script))
+        jax.effects_barrier()
+    finally:
+        jax.random.permutation, torch.randperm = permutation, randperm
+    return drawn
+
+
+@pytest.mark.parametrize("script", ALL_SCRIPTS)
+def test_a_loaded_run_draws_what_a_fresh_run_draws(script, tmp_path):
+    """The file holds no random state: a run that loads a model starts its envs and its shuffles
+    where a fresh run with its --seed starts them (in every framework: the JAX scripts fold this
+    run's optimizer steps, which start again, into the shuffle key)."""
+    args = dataclasses.replace(load(script).Args(), **TINY_ARGS, **agents(script))
+    (tmp_path / "saved").mkdir()
+    saved = adapter_for(script)(script, problem()[0], args).save(tmp_path / "saved")  # any weights will do
+    fresh, loaded = streams(script, tmp_path / "fresh"), streams(script, tmp_path / "loaded", tmp_path / "saved" / saved)
+    assert len(fresh["perm"]) == len(loaded["perm"]) >= 2 * TINY_ARGS["update_epochs"]
+    np.testing.assert_array_equal(loaded["obs"][0], fresh["obs"][0], err_msg="the envs' first observations")
+    for i, (a, b) in enumerate(zip(loaded["perm"], fresh["perm"])):
+        np.testing.assert_array_equal(a, b, err_msg=f"shuffle permutation {i}")
+
+
 def tiny(**changes) -> list[str]:
     values = {**TINY_ARGS, **changes}
     return [a for name, value in values.items() for a in (f"--{name.replace('_', '-')}", str(value))]
@@ -107,8 +189,9 @@ def test_save_then_load_and_evaluate_from_the_command_line(script, tmp_path):
     # the same greedy policy on the same fresh envs: the same returns, only if the weights came back
     assert again["eval/episodic_returns"] == summary["eval/episodic_returns"]
     assert again["eval/episodic_return"] == pytest.approx(np.mean(summary["eval/episodic_returns"]))
-    assert again["time/iteration_0"] is None and again["saved_model"] is None
+    assert again["num_iterations"] == 0 and again["saved_model"] is None
     logged = scalars(loaded)
+    assert "time/iteration" not in logged  # no iteration ran
     assert [value for _, value in logged["eval/episodic_return"]] == again["eval/episodic_returns"]
     assert logged["eval/episodic_return_mean"][0][1] == pytest.approx(again["eval/episodic_return"])
 

@@ -161,7 +161,7 @@ def test_sweep_on_a_live_slurm_cluster(slurm_cluster, tmp_path):
     failing.write_text(f'#!/bin/bash\nif [[ "$*" == *ppo_equinox.py* ]]; then echo boom >&2; exit 3; fi\n'
                        f'exec {sys.executable} "$@"\n')
     failing.chmod(0o755)
-    plan = ["exp2", "--envs", "CartPole-v1", "--variants", "linen,torch,equinox", "--out", out]
+    plan = ["exp2", "--envs", "CartPole-v1", "--variants", "linen,torch,equinox", "--out", out, "--no-calibrate"]
     proc = bench(*plan, "--slurm", "3", "--", *TINY, env={**env, "PYTHON": str(failing)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wait_for(submitted(proc), env)

@@ -1,0 +1,118 @@
+"""--eval-episodes N as documented, in every script: one episode on each of N fresh environments,
+seeded apart from training, with the greedy policy, after the timed part.
+
+Each script's own main() runs in this process with every env reset and env step recorded
+(inside jit through an ordered debug callback), and its evaluation made slower by a known
+delay. From that one run:
+- greedy: every action of the evaluation is the argmax of the saved model's logits at the
+  observation it was taken in;
+- seeded apart: no evaluation env starts where a training env started;
+- one whole episode each: each logged return is the sum of its env's rewards up to and
+  including that env's first episode end, no fewer steps and no later episode;
+- outside the timed part: time/total and the iteration times hold none of the delay.
+The agent scripts' evaluation is agent i's: tests/test_agents.py checks it equals the
+single-agent script's with seed + i, which this file proves."""
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+import reference as ref
+from adapters import adapter_for
+from helpers import GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, TINY, TINY_ARGS, load, read_json, scalars
+
+EPISODES = 8
+DELAY = 3.0  # seconds the evaluation is made to take longer
+
+
+def recorded_main(script, tmp_path, monkeypatch, changes=(), plant=None):
+    """The script's main() with --save-model and --eval-episodes, recording every env reset
+    (obs) and env step (action, obs, reward, terminated, truncated), each tagged with the phase
+    it ran in: "train" or "eval". Returns (run directory, records, main's wall time)."""
+    import jax
+
+    m = load(script, fresh=True)
+    records, phase = [], ["train"]
+    env_reset, env_step, evaluate = m.env_reset, m.env_step, m.evaluate
+
+    def record(kind, *arrays):  # at trace time the phase is known, the values only when it runs
+        now = phase[0]
+        if script in GYMNASIUM_SCRIPTS:
+            records.append((now, kind, *map(np.asarray, arrays)))
+        else:
+            jax.debug.callback(lambda *xs: records.append((now, kind, *map(np.asarray, xs))), *arrays, ordered=True)
+
+    def reset(*args, **kwargs):
+        obs, state = env_reset(*args, **kwargs)
+        record("reset", obs)
+        return obs, state
+
+    def step(*args, **kwargs):
+        state, out = env_step(*args, **kwargs)
+        action = args[2] if script in GYMNASIUM_SCRIPTS else args[1]
+        record("step", action, out.obs, out.reward, out.terminated, out.truncated)
+        return state, out
+
+    def slow_evaluate(*args, **kwargs):
+        phase[0] = "eval"
+        time.sleep(DELAY)
+        return evaluate(*args, **kwargs)
+
+    m.env_reset, m.env_step, m.evaluate = reset, step, slow_evaluate
+    if plant:
+        plant(m)
+    log_dir = tmp_path / "runs"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("sys.argv", [script, *TINY, "--save-model", "--eval-episodes", str(EPISODES),
+                                     "--log-dir", str(log_dir), *changes])
+    start = time.time()
+    m.main()
+    jax.effects_barrier()
+    wall = time.time() - start
+    (run_dir,) = log_dir.iterdir()
+    return run_dir, records, wall
+
+
+def evaluation_checks(script, run_dir, records, wall):
+    """Every promise, or the AssertionError of the first one broken."""
+    summary = read_json(run_dir / "summary.json")
+    train = [r for r in records if r[0] == "train"]
+    evals = [r for r in records if r[0] == "eval"]
+    (_, _, eval_obs), *eval_steps = evals
+    assert eval_obs.shape[0] == EPISODES and all(kind == "step" for _, kind, *_ in eval_steps)
+
+    # greedy: the saved model's argmax at each observation an action was taken in
+    m = load(script)
+    args = dataclasses.replace(m.Args(), **TINY_ARGS)
+    other = ref.random_weights(np.random.default_rng(0), eval_obs.shape[1], (64, 64), 2)
+    adapter = adapter_for(script)(script, other, args)
+    adapter.load(run_dir)
+    seen = [eval_obs] + [obs for _, _, _, obs, *_ in eval_steps[:-1]]
+    actions = np.stack([action for _, _, action, *_ in eval_steps])
+    greedy = np.stack([adapter.logits(obs.astype(np.float32)).argmax(-1) for obs in seen])
+    assert (actions == greedy).all(), f"{(actions != greedy).sum()} of {actions.size} evaluation actions not greedy"
+
+    # seeded apart: no evaluation env starts where a training env did
+    train_obs = next(r[2] for r in train if r[1] == "reset")
+    shared = [i for i, row in enumerate(eval_obs) if (np.abs(train_obs - row).max(axis=1) == 0).any()]
+    assert not shared, f"evaluation envs {shared} start where a training env started: the same seed or key"
+
+    # one whole episode each: the rewards up to and including each env's first episode end
+    rewards = np.stack([reward for *_, reward, _, _ in eval_steps])
+    ends = np.stack([terminated | truncated for *_, terminated, truncated in eval_steps])
+    assert ends.any(axis=0).all(), "an evaluation env never finished an episode"
+    first_end = ends.argmax(axis=0)
+    expected = [float(rewards[: first_end[i] + 1, i].sum()) for i in range(EPISODES)]
+    assert summary["eval/episodic_returns"] == pytest.approx(expected), "an episode cut short or counted twice"
+
+    # outside the timed part
+    iterations = [v for _, v in scalars(run_dir)["time/iteration"]]
+    assert summary["time/total"] < wall - DELAY + 1.0, f"time/total {summary['time/total']:.2f} s holds the " \
+        f"evaluation's {DELAY} s (the run took {wall:.2f} s)"
+    assert np.median(iterations[1:]) < DELAY / 2, "the iterations' times hold the evaluation"  # 0 compiles
+
+
+@pytest.mark.parametrize("script", ONE_AGENT_SCRIPTS)
+def test_evaluation_keeps_its_promises(script, tmp_path, monkeypatch):
+    evaluation_checks(script, *recorded_main(script, tmp_path, monkeypatch))

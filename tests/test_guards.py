@@ -1,0 +1,211 @@
+"""Guards on what every timing relies on (the graph-break guard of torch.compile is in
+test_compilation.py):
+
+- no host read inside an iteration beyond the one fetch of its statistics and, in a rollout, the
+  action's hand-over to the environment: an .item(), .tolist(), .cpu(), .numpy(), float(), int()
+  or Python `if` on a tensor, and an .item(), .tolist(), float() or `if` on a JAX array, is
+  counted and fails the test (np.asarray of a JAX array reads its buffer directly and is not
+  seen: inside jit, where the JAX scripts' rollout and update run, it fails to trace anyway);
+- --sync-timing measures the work: with a known delay put into every env step and every
+  minibatch step, time/rollout and time/update each hold their delay, and together they are the
+  iteration (a deleted block_until_ready turns a phase's time into its dispatch time)."""
+
+import collections
+import contextlib
+import functools
+import time
+
+import numpy as np
+import pytest
+from helpers import AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, SCRIPTS, TINY_ARGS, train_in_process
+
+TORCH_READS = ("item", "tolist", "numpy", "cpu", "__float__", "__bool__", "__int__")
+STEPS = TINY_ARGS["num_steps"]
+case_id = lambda script, changes: " ".join([script, *(f"{k}={v}" for k, v in changes.items())])
+
+
+def expected_reads(script) -> collections.Counter:
+    """The host reads of one iteration by design: the statistics' one fetch, and the actions the
+    rollout hands to the environment each step (torch on a CPU to JAX as a NumPy view; to a CPU
+    env as a host array)."""
+    if "torch" not in script:  # JAX: the fetch is one jax.device_get of every statistic
+        return collections.Counter({"device_get": 1})  # (the CPU env's np.asarray(action) is not seen)
+    handover = {"cpu": STEPS, "numpy": STEPS} if script in GYMNASIUM_SCRIPTS else {"numpy": STEPS}
+    return collections.Counter({"tolist": 1, **handover})
+
+
+@contextlib.contextmanager
+def counting_host_reads(counts: collections.Counter, active: list):
+    """Counts, while active[0], every host read of a torch tensor, every conversion of a JAX array,
+    and each jax.device_get (as one fetch)."""
+    import jax
+    import torch
+    from jax._src.array import ArrayImpl
+
+    originals = {name: getattr(torch.Tensor, name) for name in TORCH_READS}
+    value = ArrayImpl._value
+
+    def counted(name, method):
+        @functools.wraps(method)
+        def read(self, *args, **kwargs):
+            if active[0]:
+                counts[name] += 1
+            return method(self, *args, **kwargs)
+        return read
+
+    def jax_value(self):
+        if active[0]:
+            counts["jax array"] += 1
+        return value.fget(self)
+
+    def device_get(tree):  # one fetch, however many arrays it holds
+        if not active[0]:
+            return get(tree)
+        counts["device_get"] += 1
+        active[0] = False
+        try:
+            return get(tree)
+        finally:
+            active[0] = True
+
+    get = jax.device_get
+    try:
+        for name, method in originals.items():
+            setattr(torch.Tensor, name, counted(name, method))
+        ArrayImpl._value, jax.device_get = property(jax_value), device_get
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(torch.Tensor, name, method)
+        ArrayImpl._value, jax.device_get = value, get
+
+
+def reads_per_iteration(script, tmp_path, **changes) -> list[collections.Counter]:
+    """Host reads in each iteration after the first (which sets up and compiles), RunLog's own
+    work on the fetched statistics left out."""
+    windows, counts, active = [], collections.Counter(), [True]
+
+    def watch(m):
+        class Watching(m.RunLog):
+            def iteration(self, iteration, times, stats):
+                windows.append(collections.Counter(counts))
+                counts.clear()
+                active[0] = False
+                try:
+                    return super().iteration(iteration, times, stats)
+                finally:
+                    active[0] = True
+        return Watching
+
+    with counting_host_reads(counts, active):
+        train_in_process(script, tmp_path, watch, **changes)
+    return windows[1:]
+
+
+HOST_READ_CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] + [
+    ("ppo_linen.py", {"jit": False}), ("ppo_torch_compile.py", {"compile_scope": "update+policy"})]
+
+
+@pytest.mark.parametrize("script,changes", HOST_READ_CASES, ids=[case_id(*c) for c in HOST_READ_CASES])
+def test_no_host_read_but_the_fetch_and_the_handover(script, changes, tmp_path):
+    expected = expected_reads(script)
+    seen = reads_per_iteration(script, tmp_path, **changes)
+    assert len(seen) == TINY_ARGS["num_iterations"] - 1
+    for i, reads in enumerate(seen, start=1):
+        assert reads == expected, f"iteration {i}: host reads {dict(reads)}, by design {dict(expected)}"
+
+
+PLANTED = {  # script, Args changes, the function wrapped, the read it makes after each call
+    "an .item() per minibatch step (benchback-rl's PyTorch)": ("ppo_torch.py", {}, "minibatch_step",
+                                                               lambda stats: stats.sum().item(), "item"),
+    "a float() of a statistic per update (Linen without jit)": ("ppo_linen.py", {"jit": False}, "update",
+                                                                lambda out: float(out[1]["entropy"]), "jax array"),
+}
+
+
+@pytest.mark.parametrize("planted", PLANTED)
+def test_a_planted_host_read_is_counted(planted, tmp_path):
+    """The guard can fail."""
+    script, changes, name, read, kind = PLANTED[planted]
+
+    def plant(m):
+        original = getattr(m, name)
+
+        def reading(*args, **kwargs):
+            out = original(*args, **kwargs)
+            read(out)
+            return out
+        setattr(m, name, reading)
+        return m.RunLog
+
+    counts, active = collections.Counter(), [True]
+    with counting_host_reads(counts, active):
+        train_in_process(script, tmp_path, plant, **changes)
+    calls = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"] if name == "minibatch_step" else 1
+    assert counts[kind] >= TINY_ARGS["num_iterations"] * calls, dict(counts)
+
+
+# ---- --sync-timing measures the work
+ENV_DELAY, UPDATE_DELAY = 0.003, 0.010  # seconds per env step (of all envs) and per minibatch step
+
+
+def jax_delay(seconds, x):
+    """x, after a host callback that sleeps: XLA cannot finish what depends on it sooner."""
+    import jax
+
+    def sleep(x):
+        time.sleep(seconds)
+        return np.zeros(x.shape, x.dtype)
+
+    return x + jax.pure_callback(sleep, jax.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="broadcast_all")
+
+
+def with_delays(m, script):
+    """Every env step and every minibatch step of the module takes at least its delay more."""
+    env_step, minibatch_step = m.env_step, m.minibatch_step
+
+    def slow_env_step(*args, **kwargs):
+        if script in GYMNASIUM_SCRIPTS:
+            time.sleep(ENV_DELAY)
+            return env_step(*args, **kwargs)
+        state, out = env_step(*args, **kwargs)  # a JAX env, stepped inside jit
+        return state, out._replace(reward=jax_delay(ENV_DELAY, out.reward))
+
+    def slow_minibatch_step(*args, **kwargs):
+        if "torch" in script:
+            time.sleep(UPDATE_DELAY)
+        else:  # the delay flows into the minibatch, so into the weights the update returns
+            args = [a._replace(advantages=jax_delay(UPDATE_DELAY, a.advantages)) if isinstance(a, m.Batch) else a
+                    for a in args]
+        return minibatch_step(*args, **kwargs)
+
+    m.env_step, m.minibatch_step = slow_env_step, slow_minibatch_step
+
+
+SYNC_CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] + [("ppo_linen.py", {"jit": False})]
+
+
+@pytest.mark.parametrize("script,changes", SYNC_CASES, ids=[case_id(*c) for c in SYNC_CASES])
+def test_sync_timing_splits_measure_the_work(script, changes, tmp_path):
+    timed = []
+
+    def watch(m):
+        with_delays(m, script)
+
+        class Watching(m.RunLog):
+            def iteration(self, iteration, times, stats):
+                timed.append(times)
+                return super().iteration(iteration, times, stats)
+        return Watching
+
+    train_in_process(script, tmp_path, watch, sync_timing=True, **changes)
+    rollout_work = STEPS * ENV_DELAY
+    update_work = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"] * UPDATE_DELAY
+    for i, times in enumerate(timed[1:], start=1):
+        rest = times["iteration"] - times["rollout"] - times["update"]
+        assert times["rollout"] >= 0.9 * rollout_work, f"iteration {i}: the rollout's {rollout_work} s of work " \
+            f"took {times['rollout']:.4f} s: timed before it finished?"
+        assert times["update"] >= 0.9 * update_work, f"iteration {i}: the update's {update_work} s of work " \
+            f"took {times['update']:.4f} s: timed before it finished?"
+        assert 0 <= rest <= max(0.01, 0.2 * times["iteration"]), f"iteration {i}: {times}: rollout + update is " \
+            "not the iteration"
