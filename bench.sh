@@ -11,7 +11,7 @@ Presets (default: sweep)
   sweep        warm-up, Experiments 1, 2 and 3 (benchback-rl's whole schedule with our variants),
                then the CPU-environment, env-scaling, many-agents and expensive-env experiments
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
-               10 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
+               18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
   warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning
                one part of the schedule alone (tuning is not part of sweep)

@@ -75,6 +75,8 @@ def plot_agents(runs, out):
 
     groups = grouped(by_point(runs, PER_AGENT))
     envs = sorted({env for env, _ in groups})
+    if not envs:  # no run with a steady state (fewer than 18 iterations): nothing to draw
+        return
     fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs) + 2, 4.8), squeeze=False)
     for ax, env in zip(axes[0], envs):
         counts = sorted(n for e, n in groups if e == env and n != ONE_PER_PROCESS)

@@ -5,8 +5,8 @@ import numpy as np
 
 from .exp1 import REFERENCE, runs_behind
 from .output import fmt
-from .stats import (MODELS, bucket_means, first_iteration, geomean, includes_one, median_of, models_in, one_ratio,
-                    pair_ratios, ratio_cell, startup, steady, total_time)
+from .stats import (MIN_STEADY, MODELS, STEADY_FROM, bucket_means, first_iteration, geomean, includes_one, median_of,
+                    models_in, one_ratio, pair_ratios, ratio_cell, startup, steady, total_time)
 
 STEADY = steady("time/iteration")
 JAX_VARIANTS = ("nnx", "nnx_cached", "equinox")
@@ -63,6 +63,9 @@ def secondary_overhead(exp1) -> str:
     for model in models_in(exp1):
         ratios = {v: m[1] / m[2] for v in sorted({r.variant for r in exp1})
                   if (m := bucket_means(exp1, v, model)) and m[2] > 0}
+        if not ratios:  # its runs are too short for a steady state
+            parts.append(f"{model} unmeasured (fewer than {STEADY_FROM + MIN_STEADY} iterations)")
+            continue
         n = min(sum(r.variant == v and r.model == model for r in exp1) for v in ratios)
         lo, hi = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
         parts.append(f"{model} {ratios[lo]:.2f}x ({lo}) to {ratios[hi]:.2f}x ({hi})"

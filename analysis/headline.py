@@ -10,7 +10,8 @@ from . import agents, cpuenv, expensive
 from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import NAMES, color, fmt, name, variant_order
 from .runs import EXPERIMENTS
-from .stats import MODELS, bucket_means, models_in, one_ratio, ratio_cell, session_of, steady, total_time
+from .stats import (MIN_STEADY, MODELS, STEADY_FROM, bucket_means, models_in, one_ratio, ratio_cell, session_of,
+                    steady, total_time)
 
 STEADY = steady("time/iteration")
 
@@ -58,14 +59,21 @@ def sessions_table(runs, out):
               rows, block="sessions")
 
 
+TOO_SHORT = "too short"  # runs that ran, but without a steady state to compare
+
+
 def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
     """README's table: each variant's steady-state time against Linen's at each model size."""
     models = models_in(exp1)
     variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
-    rows = [[f"{NAMES[REFERENCE]}: seconds per iteration", *(f"{linen_seconds(exp1, m)} s" for m in models)]]
+    ran = lambda v, m: any(r.variant == v and r.model == m for r in exp1)
+    rows = [[f"{NAMES[REFERENCE]}: seconds per iteration",
+             *(f"{linen_seconds(exp1, m)} s" if np.isfinite((bucket_means(exp1, REFERENCE, m) or [0, 0, np.nan])[2])
+               else TOO_SHORT for m in models)]]
     for v in variants:
-        rows.append([f"{name(v, exp1)} / Linen", *(ratio_cell(one_ratio(exp1, v, REFERENCE, STEADY, m))
-                                                   for m in models)])
+        rows.append([f"{name(v, exp1)} / Linen", *(
+            ratio_cell(row) if (row := one_ratio(exp1, v, REFERENCE, STEADY, m)) else TOO_SHORT if ran(v, m)
+            else "not run" for m in models)])
     for v in ("torch", "torch_compile"):
         if v in variants:
             rows.append([f"whole run, {name(v, exp1)} / Linen",
@@ -74,7 +82,8 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
     out.table("Time per iteration against Flax Linen's, steady state (iterations 8..end)",
               ["time, A / B", *models], rows, block="headline",
               note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
-                   "Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead.")
+                   "Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead. "
+                   f"\"{TOO_SHORT}\": runs of fewer than {STEADY_FROM + MIN_STEADY} iterations, with no steady state.")
     rows = []
     compile_cells = [f"{name(v, exp1)} {fmt(bucket_means(exp1, v, 'small')[0])} s"
                      for v in (REFERENCE, "torch", "torch_compile")

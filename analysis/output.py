@@ -32,6 +32,8 @@ COMPILE_SCOPES = {  # ppo_torch_compile.py's --compile-scope: what is compiled b
     "update": "the whole minibatch step, Adam included",
     "update+policy": "the whole minibatch step and the policy step",
 }
+SCOPE_NAMES = {"grads": "gradients", "grads+policy": "gradients, policy step", "update": "update",
+               "update+policy": "update, policy step"}  # the same, short, in a variant's name
 EARLIER_SCOPE = "update+policy"  # what torch_compile compiled before --compile-scope existed
 
 
@@ -40,7 +42,7 @@ def name(variant: str, runs=()) -> str:
     if variant != "torch_compile":
         return NAMES.get(variant, variant)
     scopes = sorted({r.info["args"].get("compile_scope", EARLIER_SCOPE) for r in runs if r.variant == variant})
-    return f"{NAMES[variant]} ({'; '.join(COMPILE_SCOPES.get(s, s) for s in scopes)})" if scopes else NAMES[variant]
+    return f"{NAMES[variant]} ({'; '.join(SCOPE_NAMES.get(s, s) for s in scopes)})" if scopes else NAMES[variant]
 
 
 def variant_order(variants) -> list[str]:

@@ -153,12 +153,19 @@ def gemm_section(runs, out):
         explained = layers * per_layer
         gap = torch_it - linen_it if torch_it and linen_it else None
         rows.append([session, model, layers, fmt(explained), fmt(gap),
-                     f"{explained / gap:.0%}" if gap and gap > 0 else "–"])
+                     share(explained, gap)])
     out.table("How much of eager torch's steady gap to Linen the layers explain: the layer products of one "
               "iteration at the model's width times the difference of one layer's time, against the measured "
               "gap (seconds per iteration, same session, both under XLA's default threads)",
               ["session", "model", "layer products per iteration", "torch - jax, layers alone (s)",
                "torch - linen, measured (s)", "share explained"], rows, block="gemm-share")
+
+
+def share(explained: float, gap: float | None) -> str:
+    """The part of torch's gap the layers explain; none when torch's layers are the faster ones."""
+    if not gap or gap <= 0:
+        return "–"
+    return f"{explained / gap:.0%}" if explained > 0 else "none: torch's layers are faster"
 
 
 HIDDEN = {"medium": 3, "large": 6}  # hidden layers of each size (width x width products between them)

@@ -1,7 +1,8 @@
 """The agent scripts (ppo_*_agents.py: N agents in one process) keep the contract per agent:
 - agent i of an N-agent run computes what the single-agent script computes with seed + i:
   the same returns, lengths and losses in every iteration (float tolerance: the agents' matmuls
-  are batched), so every agent draws its own init, environments, actions and shuffles;
+  are batched), so every agent draws its own init, environments, actions and shuffles, and the
+  same evaluation returns (what test_evaluation proves of the single-agent script's);
 - from identical weights and a batch of its own each, consecutive update() calls leave each
   agent's weights where the NumPy reference leaves that agent alone: one agent's gradient never
   clips another's, nor do its advantages normalize another's, nor its Adam moments step another;
@@ -23,6 +24,7 @@ SINGLE = {"ppo_linen_agents.py": "ppo_linen.py", "ppo_nnx_agents.py": "ppo_nnx.p
 CASES = [(s, ()) for s in AGENT_SCRIPTS] + [("ppo_torch_agents.py", ("--compile",))]
 IDS = [" ".join((s, *t)) for s, t in CASES]
 SEED, NUM_AGENTS = 5, 3
+EVAL = ("--eval-episodes", "3")  # each agent's evaluation is the single-agent script's, proven in test_evaluation
 RUN_AGENTS = 2  # agents of the runs compared with the single-agent script (each agent costs a single-agent run)
 PER_AGENT_TAGS = ["charts/episodic_return", "charts/episodic_length", *(
     f"losses/{name}" for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
@@ -41,7 +43,8 @@ def single_runs(tmp_path_factory):
     def get(script, seed):
         if (script, seed) not in made:
             log_dir = tmp_path_factory.mktemp(f"{script[4:-3]}-s{seed}")
-            made[script, seed] = scalars(run_ok(script, *TINY, "--seed", str(seed), log_dir=log_dir))
+            run_dir = run_ok(script, *TINY, "--seed", str(seed), *EVAL, log_dir=log_dir)
+            made[script, seed] = scalars(run_dir), read_json(run_dir / "summary.json")
         return made[script, seed]
 
     return get
@@ -49,11 +52,13 @@ def single_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("script,toggles", CASES, ids=IDS)
 def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, single_runs, tmp_path):
-    run_dir = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS), *toggles, log_dir=tmp_path)
+    run_dir = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS), *toggles, *EVAL,
+                     log_dir=tmp_path)
     summary, logged = read_json(run_dir / "summary.json"), scalars(run_dir)
     assert summary["num_agents"] == RUN_AGENTS and len(summary["charts/episodic_return_final_per_agent"]) == RUN_AGENTS
     for agent in range(RUN_AGENTS):
-        alone = single_runs(SINGLE[script], SEED + agent)
+        alone, alone_summary = single_runs(SINGLE[script], SEED + agent)
+        assert summary["eval/episodic_returns"][agent] == alone_summary["eval/episodic_returns"], (agent, "evaluation")
         for tag in PER_AGENT_TAGS:
             ours = logged[f"{tag}/agent{agent}"]
             assert [s for s, _ in ours] == [s for s, _ in alone[tag]], (agent, tag)
@@ -62,7 +67,7 @@ def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, si
     for tag in ("losses/value_loss", "losses/entropy"):
         means = np.mean([[v for _, v in logged[f"{tag}/agent{a}"]] for a in range(RUN_AGENTS)], axis=0)
         assert [v for _, v in logged[tag]] == pytest.approx(means, rel=1e-5), tag
-    assert logged["charts/learning_rate"] == single_runs(SINGLE[script], SEED)["charts/learning_rate"]
+    assert logged["charts/learning_rate"] == single_runs(SINGLE[script], SEED)[0]["charts/learning_rate"]
 
 
 def agent_batches(rng, weights, size=None) -> list[list[dict]]:

@@ -48,3 +48,26 @@ def test_every_generated_block_regenerates(regenerated):
         stale = [block for block, body in committed.items() if fresh[block] != body]
         assert not stale, (f"{name}: generated block {', '.join(stale)} is not what {ARCHIVE} gives "
                            f"(edited by hand, or stale): run `{REGENERATE}`")
+
+
+def test_the_scripts_defaults_are_the_fastest_measured(regenerated):
+    """What docs/results.md's tuning found fastest is what the scripts run when nothing is set:
+    torch_compile's scope, and XLA's threading (the JAX scripts and the torch scripts that host it)."""
+    import torch
+    from helpers import GYMNAX_SCRIPTS, load
+
+    table = docs.blocks_in((regenerated / "docs" / "results.md").read_text())["tuning-defaults"]
+    fastest = {cells[0]: cells[2] for cells in (
+        [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("|"))}
+    compiled = load("ppo_torch_compile.py")
+    scope = compiled.resolved(compiled.Args(), torch.device("cpu")).compile_scope
+    assert fastest["torch_compile"] == f"torch_compile-{scope} (xla-n)", (
+        f"ppo_torch_compile.py compiles {scope} on a CPU; the tuning found {fastest['torch_compile']} fastest")
+    single_thread = "--xla_cpu_multi_thread_eigen=false"
+    for framework, scripts in (("linen", [s for s in GYMNAX_SCRIPTS if "torch" not in s]),
+                               ("torch", [s for s in GYMNAX_SCRIPTS if "torch" in s])):
+        wanted = fastest[framework].endswith("(xla-1)")
+        for script in scripts:
+            assert (single_thread in (ROOT / script).read_text()) == wanted, (
+                f"{script} {'does not set' if wanted else 'sets'} {single_thread}, "
+                f"but the tuning found {fastest[framework]} fastest")
