@@ -671,9 +671,9 @@ def main():
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
         summary["saved_model"] = save_model(run_dir, model, optimizer, args) if args.save_model else None
         returns = []
-        if args.eval_episodes:  # fresh envs, from a key that training never draws: agent i's from seed + i
+        if args.eval_episodes:  # fresh envs: agent i's seed key's fifth split (training takes four)
             evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes)
-            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(agent_seeds(args))
+            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 4))(agent_seeds(args))
             returns = nnx.jit(nnx.vmap(evaluate_fn))(model, keys)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json

@@ -646,9 +646,9 @@ def main():
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
         summary["saved_model"] = save_model(run_dir, model, optimizer, args) if args.save_model else None
         returns = []
-        if args.eval_episodes:  # fresh envs, from a key that training never draws
+        if args.eval_episodes:  # fresh envs: the seed key's fifth split (training takes four at most)
             evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes)
-            returns = nnx.jit(evaluate_fn)(model, jax.random.fold_in(jax.random.key(args.seed), 1))
+            returns = nnx.jit(evaluate_fn)(model, jax.random.fold_in(jax.random.key(args.seed), 4))
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()

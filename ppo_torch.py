@@ -676,8 +676,8 @@ def main():
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
         summary["saved_model"] = save_model(run_dir, agent, optimizer, args) if args.save_model else None
         returns = []
-        if args.eval_episodes:  # fresh envs, from a key that training never draws
-            returns = evaluate(agent, jax.random.fold_in(jax.random.key(args.seed), 1), env, env_params,
+        if args.eval_episodes:  # fresh envs: the seed key's fifth split (training takes four at most)
+            returns = evaluate(agent, jax.random.fold_in(jax.random.key(args.seed), 4), env, env_params,
                                args.eval_episodes)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json

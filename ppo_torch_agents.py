@@ -762,8 +762,8 @@ def main():
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
         summary["saved_model"] = save_model(run_dir, params, optimizer, args) if args.save_model else None
         returns = []
-        if args.eval_episodes:  # fresh envs, from a key that training never draws: agent i's from seed + i
-            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 1))(agent_seeds(args))
+        if args.eval_episodes:  # fresh envs: agent i's seed key's fifth split (training takes four)
+            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 4))(agent_seeds(args))
             returns = evaluate(model, params, keys, env, env_params, args.eval_episodes)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json

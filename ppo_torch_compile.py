@@ -101,7 +101,7 @@ class Args:
     compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune", "none"] = "auto"
     """torch.compile mode: auto is reduce-overhead (CUDA graphs) on CUDA and default on CPU; none is eager"""
     compile_scope: Literal["auto", "grads", "grads+policy", "update", "update+policy"] = "auto"
-    """what is compiled besides GAE: grads (loss, gradients, clip), update (also Adam), +policy (also the policy step); auto: update+policy, measured fastest"""
+    """besides GAE: grads (loss, gradients, clip), update (+ Adam), +policy (+ the policy step); auto: update+policy"""
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
@@ -718,8 +718,8 @@ def main():
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
         summary["saved_model"] = save_model(run_dir, agent, optimizer, args) if args.save_model else None
         returns = []
-        if args.eval_episodes:  # fresh envs, from a key that training never draws
-            returns = evaluate(agent, jax.random.fold_in(jax.random.key(args.seed), 1), env, env_params,
+        if args.eval_episodes:  # fresh envs: the seed key's fifth split (training takes four at most)
+            returns = evaluate(agent, jax.random.fold_in(jax.random.key(args.seed), 4), env, env_params,
                                args.eval_episodes)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json

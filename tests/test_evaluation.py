@@ -22,7 +22,7 @@ import reference as ref
 from adapters import adapter_for
 from helpers import GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, TINY, TINY_ARGS, load, read_json, scalars
 
-EPISODES = 8  # and as many training envs: a key shared with training's would start them alike
+EPISODES = 16  # and as many training envs: a key shared with training's would start them alike
 DELAY = 3.0  # seconds the evaluation is made to take longer
 
 
