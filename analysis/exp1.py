@@ -6,8 +6,8 @@ import math
 import numpy as np
 
 from .output import MODEL_MARKERS, color, fmt, variant_order
-from .stats import (MODELS, bucket_means, iteration_buckets, median_of, models_in, pair_ratios, ratio_cell,
-                    sessions_note, speedup_table, spread, startup, steady, total_time)
+from .stats import (MODELS, TOO_SHORT_NOTE, bucket_means, iteration_buckets, median_of, missing, models_in,
+                    pair_ratios, ratio_cell, sessions_note, speedup_table, spread, startup, steady, total_time)
 
 REFERENCE = "linen"  # ratios are quoted against Linen: "torch / linen 2.8x" = torch takes 2.8x Linen's time
 COMPILED_VS_EAGER = [("torch_compile", "torch"), ("nnx_cached", "nnx")]  # what compiling buys in a framework
@@ -151,12 +151,12 @@ def model_size_table(exp1, pairs, out):
     for label, value in (("steady state", steady("time/iteration")), ("whole run", total_time)):
         for a, b in pairs:
             cells = {r["model"]: ratio_cell(r) for r in speedup_table(exp1, value, [(a, b)], models)}
-            rows.append([f"{a} / {b}", label, *(cells.get(m, "not run") for m in models)])
+            rows.append([f"{a} / {b}", label, *(cells.get(m) or missing(exp1, (a, b), m) for m in models)])
     rows.append([f"{REFERENCE}, seconds per iteration", "steady state", *(linen_seconds(exp1, m) for m in models)])
     out.table("By model size", ["time, A / B", "measure", *models], rows, block="model-size",
-              note=f"Runs per variant — {runs_behind(exp1)}.")
+              note=f"Runs per variant — {runs_behind(exp1)}. {TOO_SHORT_NOTE}")
 
 
 def linen_seconds(runs, model, variant=REFERENCE) -> str:
     means = bucket_means(runs, variant, model)
-    return fmt(means[2]) if means else "not run"
+    return fmt(means[2]) if means and np.isfinite(means[2]) else missing(runs, (variant,), model)

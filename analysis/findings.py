@@ -6,14 +6,15 @@ import numpy as np
 from .exp1 import REFERENCE, runs_behind
 from .output import fmt
 from .stats import (MIN_STEADY, MODELS, STEADY_FROM, bucket_means, first_iteration, geomean, includes_one, median_of,
-                    models_in, one_ratio, pair_ratios, ratio_cell, startup, steady, total_time)
+                    missing, models_in, one_ratio, pair_ratios, ratio_cell, startup, steady, total_time)
 
 STEADY = steady("time/iteration")
 JAX_VARIANTS = ("nnx", "nnx_cached", "equinox")
 
 
 def cell(runs, a, b, value, model, envs=None) -> str:
-    return ratio_cell(one_ratio(runs, a, b, value, model, envs))
+    row = one_ratio(runs, a, b, value, model, envs)
+    return ratio_cell(row) if row else missing(runs, (a, b), model)
 
 
 def jax_variants(exp1) -> str:
@@ -24,7 +25,7 @@ def jax_variants(exp1) -> str:
             if row := one_ratio(exp1, v, REFERENCE, STEADY, model):
                 cells.append(f"{v} / {REFERENCE} {ratio_cell(row)}"
                              + (f", {includes_one(row)}" if row["envs"] >= 5 else ""))
-        parts.append(f"At {model}, " + "; ".join(cells))
+        parts.append(f"At {model}, " + ("; ".join(cells) or missing(exp1, JAX_VARIANTS, model)))
     return "In steady state: " + ". ".join(parts) + "."
 
 

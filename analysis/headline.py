@@ -10,8 +10,8 @@ from . import agents, cpuenv, expensive
 from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import NAMES, color, fmt, name, variant_order
 from .runs import EXPERIMENTS
-from .stats import (MIN_STEADY, MODELS, STEADY_FROM, bucket_means, models_in, one_ratio, ratio_cell, session_of,
-                    steady, total_time)
+from .stats import (MODELS, TOO_SHORT, TOO_SHORT_NOTE, bucket_means, missing, models_in, one_ratio, ratio_cell,
+                    session_of, steady, total_time)
 
 STEADY = steady("time/iteration")
 
@@ -59,21 +59,16 @@ def sessions_table(runs, out):
               rows, block="sessions")
 
 
-TOO_SHORT = "too short"  # runs that ran, but without a steady state to compare
-
 
 def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
     """README's table: each variant's steady-state time against Linen's at each model size."""
     models = models_in(exp1)
     variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
-    ran = lambda v, m: any(r.variant == v and r.model == m for r in exp1)
-    rows = [[f"{NAMES[REFERENCE]}: seconds per iteration",
-             *(f"{linen_seconds(exp1, m)} s" if np.isfinite((bucket_means(exp1, REFERENCE, m) or [0, 0, np.nan])[2])
-               else TOO_SHORT for m in models)]]
+    seconds = lambda m: s if (s := linen_seconds(exp1, m)) in (TOO_SHORT, "not run") else f"{s} s"
+    rows = [[f"{NAMES[REFERENCE]}: seconds per iteration", *(seconds(m) for m in models)]]
     for v in variants:
-        rows.append([f"{name(v, exp1)} / Linen", *(
-            ratio_cell(row) if (row := one_ratio(exp1, v, REFERENCE, STEADY, m)) else TOO_SHORT if ran(v, m)
-            else "not run" for m in models)])
+        rows.append([f"{name(v, exp1)} / Linen", *(ratio_cell(row) if (row := one_ratio(exp1, v, REFERENCE, STEADY, m))
+                                                   else missing(exp1, (v,), m) for m in models)])
     for v in ("torch", "torch_compile"):
         if v in variants:
             rows.append([f"whole run, {name(v, exp1)} / Linen",
@@ -82,8 +77,7 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
     out.table("Time per iteration against Flax Linen's, steady state (iterations 8..end)",
               ["time, A / B", *models], rows, block="headline",
               note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
-                   "Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead. "
-                   f"\"{TOO_SHORT}\": runs of fewer than {STEADY_FROM + MIN_STEADY} iterations, with no steady state.")
+                   f"Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead. {TOO_SHORT_NOTE}")
     rows = []
     compile_cells = [f"{name(v, exp1)} {fmt(bucket_means(exp1, v, 'small')[0])} s"
                      for v in (REFERENCE, "torch", "torch_compile")

@@ -16,6 +16,8 @@ import numpy as np
 
 MIN_FOR_INTERVAL = 5  # below this many units, a bootstrap interval says more than the data
 STEADY_FROM, MIN_STEADY = 8, 10  # the steady state: iterations 8..end, at least 10 of them
+TOO_SHORT = "too short"  # a cell whose runs ran but have no steady state
+TOO_SHORT_NOTE = f'"{TOO_SHORT}": runs of fewer than {STEADY_FROM + MIN_STEADY} iterations, with no steady state.'
 MODELS = ("small", "medium", "large")
 EQUIVALENCE_MARGIN = 0.5  # in pooled within-variant standard deviations of the final return
 ALPHA = 0.05
@@ -226,3 +228,8 @@ def tost_p(differences, margin: float = EQUIVALENCE_MARGIN) -> float:
     p_lower = 1 - stats.t.cdf((d.mean() + margin) / se, df)  # H0: mean <= -margin
     p_upper = stats.t.cdf((d.mean() - margin) / se, df)  # H0: mean >= margin
     return float(max(p_lower, p_upper))
+
+
+def missing(runs, variants, model: str) -> str:
+    """Why a cell is empty: its runs ran but are too short for a steady state, or none ran."""
+    return TOO_SHORT if any(r.variant in variants and r.model == model for r in runs) else "not run"
