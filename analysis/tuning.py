@@ -165,7 +165,7 @@ def share(explained: float, gap: float | None) -> str:
     """The part of torch's gap the layers explain; none when torch's layers are the faster ones."""
     if not gap or gap <= 0:
         return "–"
-    return f"{explained / gap:.0%}" if explained > 0 else "none: torch's layers are faster"
+    return f"{explained / gap:.0%}" if explained >= 0 else "none: torch's layers are faster"
 
 
 HIDDEN = {"medium": 3, "large": 6}  # hidden layers of each size (width x width products between them)

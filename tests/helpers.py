@@ -24,6 +24,7 @@ def frameworks(script: str) -> set[str]:
 # small enough for seconds on 2 CPU cores, large enough for every overhead bucket (0, 1..7, 8..end)
 TINY_ARGS = dict(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, num_iterations=10)
 TINY = [a for name, value in TINY_ARGS.items() for a in (f"--{name.replace('_', '-')}", str(value))]
+STEADY = ["--num-iterations", "18"]  # after TINY: the fewest iterations with a steady state (analyze.py)
 
 SUMMARY_KEYS = {
     "time/total", "charts/episodic_return_final", "variant", "env_id", "model", "seed", "num_iterations",

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from analysis import agents, cpuenv, docs, expensive, runs, stats
-from helpers import ROOT, TINY
+from helpers import ROOT, STEADY, TINY
 
 STARTUP = 1.5  # seconds from a fake run's start to its first iteration
 
@@ -403,7 +403,7 @@ def test_pipeline_on_real_tiny_runs(tmp_path):
     """bench.sh runs two scripts for real; analyze.py turns their logs into the report."""
     runs_dir = tmp_path / "runs"
     bench = subprocess.run(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
-                            "linen,torch", "--out", str(runs_dir), "--", *TINY], cwd=ROOT, capture_output=True,
+                            "linen,torch", "--out", str(runs_dir), "--", *TINY, *STEADY], cwd=ROOT, capture_output=True,
                            text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
     assert bench.returncode == 0, bench.stdout + bench.stderr
     proc = analyze(runs_dir, "--out", tmp_path / "results")

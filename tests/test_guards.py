@@ -31,8 +31,9 @@ def expected_reads(script) -> collections.Counter:
     env as a host array)."""
     if "torch" not in script:  # JAX: the fetch is one jax.device_get of every statistic
         return collections.Counter({"device_get": 1})  # (the CPU env's np.asarray(action) is not seen)
-    handover = {"cpu": STEPS, "numpy": STEPS} if script in GYMNASIUM_SCRIPTS else {"numpy": STEPS}
-    return collections.Counter({"tolist": 1, **handover})
+    reads = collections.Counter({"cpu": STEPS, "numpy": STEPS} if script in GYMNASIUM_SCRIPTS else {"numpy": STEPS})
+    reads["numpy" if script in AGENT_SCRIPTS else "tolist"] += 1  # the agents' fetch: one stacked array, to NumPy
+    return reads
 
 
 @contextlib.contextmanager

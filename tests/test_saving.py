@@ -132,7 +132,8 @@ def streams(script, log_dir, load_model=None) -> dict:
 
     def torch_randperm(*args, **kwargs):
         perm = randperm(*args, **kwargs)
-        drawn["perm"].append(perm.numpy().copy())
+        if not torch.compiler.is_compiling():  # dynamo traces it where the compiled update calls it
+            drawn["perm"].append(perm.numpy().copy())
         return perm
 
     def watch(m):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TINY
+from helpers import ROOT, STEADY, TINY
 
 INSTALL = "apt-get install -y slurm-wlm (Debian's SLURM: slurmctld, slurmd, sbatch)"
 
@@ -162,7 +162,7 @@ def test_sweep_on_a_live_slurm_cluster(slurm_cluster, tmp_path):
                        f'exec {sys.executable} "$@"\n')
     failing.chmod(0o755)
     plan = ["exp2", "--envs", "CartPole-v1", "--variants", "linen,torch,equinox", "--out", out, "--no-calibrate"]
-    proc = bench(*plan, "--slurm", "3", "--", *TINY, env={**env, "PYTHON": str(failing)})
+    proc = bench(*plan, "--slurm", "3", "--", *TINY, *STEADY, env={**env, "PYTHON": str(failing)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wait_for(submitted(proc), env)
 
@@ -180,7 +180,7 @@ def test_sweep_on_a_live_slurm_cluster(slurm_cluster, tmp_path):
     report = (out / "results" / "REPORT.md").read_text()
     assert "2 runs read" in report and "| torch / linen | small |" in report
 
-    again = bench(*plan, "--resume", "--slurm", "3", "--", *TINY, env=env)  # the real python now
+    again = bench(*plan, "--resume", "--slurm", "3", "--", *TINY, *STEADY, env=env)  # the real python now
     assert again.returncode == 0, again.stdout + again.stderr
     wait_for(submitted(again), env)
     summaries = [next(line for line in t.read_text().splitlines() if line.startswith("bench.sh:")) for t in tasks]
