@@ -62,7 +62,8 @@ Options
                      would run; run nothing
   --resume           skip runs that already have a summary.json (a half-finished run is
                      rerun in a new directory, never overwritten); keep the same --order-seed
-  --shard I/N        run only planned runs I, I+N, I+2N, ... (N GPUs or a SLURM job array)
+  --shard I/N        run only shard I of N (N GPUs or a SLURM job array); a shard takes whole
+                     groups of runs that analyze.py pairs (an experiment's repeat on one env)
   --warm-cache       keep torch.compile's on-disk cache between runs (default: every run
                      compiles cold, in an empty TORCHINDUCTOR_CACHE_DIR)
   --no-calibrate     skip the session's calibration (calibrate.py: a layer and a minibatch step
@@ -410,10 +411,27 @@ command_of() {
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }
 plan_line() { command_of "$1"; printf '[%s r%s]' "$exp" "$r"; printf ' %q' "${cmd[@]}"; echo; }
 
+# Shards take whole pairing groups (one experiment's runs of one repeat on one env): the runs that
+# analyze.py compares run in one shard, so on one machine, in one session, back to back. The
+# largest group goes to the emptiest shard first, which keeps the shards' run counts close.
+declare -A size=() home=(); groups=()
+for i in "${!plan[@]}"; do
+  read -r exp r env _ <<<"${plan[$i]}"
+  [[ -n ${size["$exp $r $env"]:-} ]] || groups+=("$exp $r $env")
+  size["$exp $r $env"]=$((${size["$exp $r $env"]:-0} + 1))
+done
+load=(); for ((s = 0; s < shard_n; s++)); do load[s]=0; done
+while IFS=$'\t' read -r n key; do
+  best=0; for ((s = 1; s < shard_n; s++)); do ((load[s] < load[best])) && best=$s; done
+  home[$key]=$best load[best]=$((load[best] + n))
+done < <(for key in "${groups[@]}"; do printf '%s\t%s\n' "${size[$key]}" "$key"; done | sort -s -t$'\t' -k1,1nr)
+shard_of=(); for i in "${!plan[@]}"; do read -r exp r env _ <<<"${plan[$i]}"; shard_of[i]=${home["$exp $r $env"]}; done
+mine() { ((shard_of[$1] == shard_i)); }
+
 if ((dry_run)); then
   plan_header
   planned=0
-  for i in "${!plan[@]}"; do ((i % shard_n == shard_i)) && plan_line "$i" && planned=$((planned + 1)); done
+  for i in "${!plan[@]}"; do mine "$i" && plan_line "$i" && planned=$((planned + 1)); done
   echo "$planned planned runs (dry run: nothing executed)"
   exit 0
 fi
@@ -424,7 +442,7 @@ mkdir -p "$out"
 mv "$out/plan.txt.$$" "$out/plan.txt"  # the whole plan, in the order it runs: every shard writes the same
 failures="$out/failures.log"
 ran=0 skipped=0 failed=0 interrupted=0
-planned=0; for i in "${!plan[@]}"; do ((i % shard_n == shard_i)) && planned=$((planned + 1)); done
+planned=0; for i in "${!plan[@]}"; do mine "$i" && planned=$((planned + 1)); done
 # Ctrl-C reaches the run too (it is in our process group): it closes its logs and exits, then
 # the sweep stops. A run still alive after that (one that ignores SIGINT) is interrupted
 # again, then terminated, then killed: a sweep never leaves one behind.
@@ -457,7 +475,7 @@ if ((calibrate)); then
 fi
 
 for i in "${!plan[@]}"; do
-  ((i % shard_n == shard_i)) || continue
+  mine "$i" || continue
   ((interrupted)) && break
   command_of "$i"
   if ((resume)) && compgen -G "$slot/${env}__${variant}__${model}__s${r}__*/summary.json" >/dev/null; then

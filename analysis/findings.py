@@ -5,8 +5,8 @@ import numpy as np
 
 from .exp1 import REFERENCE, runs_behind
 from .output import fmt
-from .stats import (MIN_STEADY, MODELS, STEADY_FROM, bucket_means, first_iteration, geomean, includes_one, median_of,
-                    missing, models_in, one_ratio, pair_ratios, ratio_cell, startup, steady, total_time)
+from .stats import (MIN_STEADY, MODELS, STEADY_FROM, TOO_SHORT, bucket_means, first_iteration, geomean, includes_one,
+                    median_of, missing, models_in, one_ratio, pair_ratios, ratio_cell, startup, steady, total_time)
 
 STEADY = steady("time/iteration")
 JAX_VARIANTS = ("nnx", "nnx_cached", "equinox")
@@ -17,6 +17,12 @@ def cell(runs, a, b, value, model, envs=None) -> str:
     return ratio_cell(row) if row else missing(runs, (a, b), model)
 
 
+def why_empty(exp1, model) -> str:
+    """Too short if any JAX variant ran, with Linen, at this size; not run otherwise."""
+    reasons = {missing(exp1, (v, REFERENCE), model) for v in JAX_VARIANTS}
+    return TOO_SHORT if TOO_SHORT in reasons else "not run"
+
+
 def jax_variants(exp1) -> str:
     parts = []
     for model in models_in(exp1):
@@ -25,7 +31,7 @@ def jax_variants(exp1) -> str:
             if row := one_ratio(exp1, v, REFERENCE, STEADY, model):
                 cells.append(f"{v} / {REFERENCE} {ratio_cell(row)}"
                              + (f", {includes_one(row)}" if row["envs"] >= 5 else ""))
-        parts.append(f"At {model}, " + ("; ".join(cells) or missing(exp1, JAX_VARIANTS, model)))
+        parts.append(f"At {model}, " + ("; ".join(cells) or why_empty(exp1, model)))
     return "In steady state: " + ". ".join(parts) + "."
 
 

@@ -231,5 +231,6 @@ def tost_p(differences, margin: float = EQUIVALENCE_MARGIN) -> float:
 
 
 def missing(runs, variants, model: str) -> str:
-    """Why a cell is empty: its runs ran but are too short for a steady state, or none ran."""
-    return TOO_SHORT if any(r.variant in variants and r.model == model for r in runs) else "not run"
+    """Why a cell is empty: every variant in it ran but too short for a steady state, or one did not run."""
+    ran = {r.variant for r in runs if r.model == model}
+    return TOO_SHORT if set(variants) <= ran else "not run"

@@ -191,7 +191,12 @@ def test_shards_partition_the_schedule(n):
     full = planned("sweep", "--repeats", "2")
     shards = [planned("sweep", "--repeats", "2", "--shard", f"{i}/{n}") for i in range(n)]
     assert sorted(sum(shards, [])) == sorted(full)  # every run in exactly one shard
-    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    group = lambda line: (line.split("]")[0], line.split("--env-id ")[1].split()[0])  # experiment, repeat, env
+    homes = {}
+    for i, shard in enumerate(shards):
+        for line in shard:
+            assert homes.setdefault(group(line), i) == i, f"{group(line)} split over shards"  # pairs stay together
+    assert all(shards) and max(map(len, shards)) < 1.5 * len(full) / n  # every shard works, none much more
 
 
 @pytest.mark.parametrize("args, message", [

@@ -150,41 +150,44 @@ def submitted(proc) -> list[str]:
 
 
 def finished_runs(out: Path) -> set[str]:
-    return {p.parent.name.rsplit("__", 1)[0] for p in out.glob("exp2/r1/*/summary.json")}
+    return {p.parent.name.rsplit("__", 1)[0] for p in out.glob("exp2/r*/*/summary.json")}
 
 
 def test_sweep_on_a_live_slurm_cluster(slurm_cluster, tmp_path):
-    """Three shards of three runs, one of them failing; the analysis job; then a resubmission with
+    """Two shards, one repeat each, one run failing; the analysis job; then a resubmission with
     --resume that runs only what is missing."""
     env, out = slurm_cluster, tmp_path / "runs"
-    failing = tmp_path / "python"  # fails for Equinox, runs everything else for real
-    failing.write_text(f'#!/bin/bash\nif [[ "$*" == *ppo_equinox.py* ]]; then echo boom >&2; exit 3; fi\n'
+    failing = tmp_path / "python"  # fails for PyTorch's second repeat, runs everything else for real
+    failing.write_text(f'#!/bin/bash\nif [[ "$*" == *ppo_torch.py*"--seed 2"* ]]; then echo boom >&2; exit 3; fi\n'
                        f'exec {sys.executable} "$@"\n')
     failing.chmod(0o755)
-    plan = ["exp2", "--envs", "CartPole-v1", "--variants", "linen,torch,equinox", "--out", out, "--no-calibrate"]
-    proc = bench(*plan, "--slurm", "3", "--", *TINY, *STEADY, env={**env, "PYTHON": str(failing)})
+    plan = ["exp2", "--envs", "CartPole-v1", "--variants", "linen,torch", "--repeats", "2", "--out", out,
+            "--no-calibrate"]
+    proc = bench(*plan, "--slurm", "2", "--", *TINY, *STEADY, env={**env, "PYTHON": str(failing)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wait_for(submitted(proc), env)
 
     tasks = sorted((out / "slurm").glob("task_*.out"))
-    assert [t.name for t in tasks] == ["task_0.out", "task_1.out", "task_2.out"]  # every task ran
+    assert [t.name for t in tasks] == ["task_0.out", "task_1.out"]  # every task ran
     summaries = [next(line for line in t.read_text().splitlines() if line.startswith("bench.sh:")) for t in tasks]
-    assert all(f"of 1 planned (shard {i}/3)" in s for i, s in enumerate(summaries)), summaries
+    assert all(f"of 2 planned (shard {i}/2)" in s for i, s in enumerate(summaries)), summaries
     assert sum("1 failed" in s for s in summaries) == 1
     # the shards' runs together are the plan, but for the failure, which is reported
-    assert finished_runs(out) == {"CartPole-v1__linen__small__s1", "CartPole-v1__torch__small__s1"}
+    assert finished_runs(out) == {"CartPole-v1__linen__small__s1", "CartPole-v1__torch__small__s1",
+                                  "CartPole-v1__linen__small__s2"}
     failures = (out / "failures.log").read_text()
-    assert "exit 3" in failures and "ppo_equinox.py" in failures and "boom" in failures
+    assert "exit 3" in failures and "ppo_torch.py" in failures and "boom" in failures
     analysis_log = (out / "slurm" / "analysis.out").read_text()
-    assert "ppo_equinox.py" in analysis_log  # the analysis job repeats the failures
+    assert "ppo_torch.py" in analysis_log  # the analysis job repeats the failures
     report = (out / "results" / "REPORT.md").read_text()
-    assert "2 runs read" in report and "| torch / linen | small |" in report
+    # a shard holds a repeat's pair, so the pair ran in one session and is compared
+    assert "3 runs read" in report and "| torch / linen | small |" in report
 
-    again = bench(*plan, "--resume", "--slurm", "3", "--", *TINY, *STEADY, env=env)  # the real python now
+    again = bench(*plan, "--resume", "--slurm", "2", "--", *TINY, *STEADY, env=env)  # the real python now
     assert again.returncode == 0, again.stdout + again.stderr
     wait_for(submitted(again), env)
     summaries = [next(line for line in t.read_text().splitlines() if line.startswith("bench.sh:")) for t in tasks]
-    assert sorted(s.split(" of ")[0] for s in summaries) == ["bench.sh: 0 ran, 1 skipped, 0 failed"] * 2 + \
-        ["bench.sh: 1 ran, 0 skipped, 0 failed"]
-    assert finished_runs(out) == {f"CartPole-v1__{v}__small__s1" for v in ("linen", "torch", "equinox")}
-    assert "3 runs read" in (out / "results" / "REPORT.md").read_text()
+    assert sorted(s.split(" of ")[0] for s in summaries) == ["bench.sh: 0 ran, 2 skipped, 0 failed",
+                                                            "bench.sh: 1 ran, 1 skipped, 0 failed"]
+    assert finished_runs(out) == {f"CartPole-v1__{v}__small__s{r}" for v in ("linen", "torch") for r in (1, 2)}
+    assert "4 runs read" in (out / "results" / "REPORT.md").read_text()
