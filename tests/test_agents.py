@@ -50,10 +50,23 @@ def single_runs(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="module")
+def agent_runs(tmp_path_factory):
+    """get(script, toggles): the run directory of a saved RUN_AGENTS-agent run with seed SEED, made once."""
+    made = {}
+
+    def get(script, toggles):
+        if (script, toggles) not in made:
+            made[script, toggles] = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS),
+                                           *toggles, *EVAL, "--save-model", log_dir=tmp_path_factory.mktemp("agents"))
+        return made[script, toggles]
+
+    return get
+
+
 @pytest.mark.parametrize("script,toggles", CASES, ids=IDS)
-def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, single_runs, tmp_path):
-    run_dir = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS), *toggles, *EVAL,
-                     log_dir=tmp_path)
+def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, single_runs, agent_runs):
+    run_dir = agent_runs(script, toggles)
     summary, logged = read_json(run_dir / "summary.json"), scalars(run_dir)
     assert summary["num_agents"] == RUN_AGENTS and len(summary["charts/episodic_return_final_per_agent"]) == RUN_AGENTS
     for agent in range(RUN_AGENTS):
@@ -122,20 +135,20 @@ def test_a_saved_run_goes_on_where_each_agent_stopped(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", AGENT_SCRIPTS)
-def test_save_then_load_and_evaluate_every_agent(script, tmp_path):
-    agents = ["--num-agents", "2"]
-    trained = run_ok(script, *TINY, *agents, "--save-model", "--eval-episodes", "3", log_dir=tmp_path / "train")
+def test_save_then_load_and_evaluate_every_agent(script, agent_runs, tmp_path):
+    trained = agent_runs(script, ())
     summary = read_json(trained / "summary.json")
     returns = summary["eval/episodic_returns"]
-    assert np.shape(returns) == (2, 3) and summary["eval/episodic_return"] == pytest.approx(np.mean(returns))
-    loaded = run_ok(script, *TINY, *agents, "--num-iterations", "0", "--load-model", str(trained), "--eval-episodes",
-                    "3", log_dir=tmp_path / "eval")
+    assert np.shape(returns) == (RUN_AGENTS, 3) and summary["eval/episodic_return"] == pytest.approx(np.mean(returns))
+    loaded = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS), "--num-iterations", "0",
+                    "--load-model", str(trained), *EVAL, log_dir=tmp_path / "eval")
     # the same greedy policies on the same fresh envs: the same returns, only if every agent's weights came back
     assert read_json(loaded / "summary.json")["eval/episodic_returns"] == returns
     logged = scalars(loaded)
-    assert [[v for _, v in logged[f"eval/episodic_return/agent{a}"]] for a in range(2)] == returns
+    assert [[v for _, v in logged[f"eval/episodic_return/agent{a}"]] for a in range(RUN_AGENTS)] == returns
     proc = run(script, *TINY, "--num-agents", "3", "--load-model", str(trained), log_dir=tmp_path / "refused")
-    assert proc.returncode == 2 and "saved with num_agents 2; this run has 3" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 2 and f"saved with num_agents {RUN_AGENTS}; this run has 3" in proc.stderr, \
+        proc.stderr[-2000:]
     assert not (tmp_path / "refused").exists()
 
 

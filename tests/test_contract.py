@@ -5,9 +5,10 @@ import dataclasses
 import math
 import os
 
+import numpy as np
 import pytest
-from helpers import (GYMNASIUM_SCRIPTS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, frameworks, load, read_json,
-                     run, run_ok, scalars, summary_keys, wall_times)
+from helpers import (GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, frameworks,
+                     load, read_json, run, run_ok, scalars, summary_keys, wall_times)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -72,13 +73,19 @@ def test_jax_scripts_do_not_import_torch():
             assert "import torch" not in (ROOT / script).read_text(), script
 
 
+SAVE_AND_EVALUATE = ("--save-model", "--eval-episodes", "3")
+
+
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
-    """One tiny run per script, plus a second with the same seed for the determinism test."""
+    """One tiny run per script that saves its model and evaluates it, plus a second with the same
+    seed and --sync-timing: the determinism test compares them (neither blocking to time the phases
+    nor what runs after training may change a number)."""
     runs = {}
     for script in SCRIPTS:
         log_dir = tmp_path_factory.mktemp(script.removesuffix(".py"))
-        runs[script] = (run_ok(script, *TINY, log_dir=log_dir), run_ok(script, *TINY, log_dir=log_dir))
+        runs[script] = (run_ok(script, *TINY, *SAVE_AND_EVALUATE, log_dir=log_dir),
+                        run_ok(script, *TINY, "--sync-timing", log_dir=log_dir))
     return runs
 
 
@@ -108,7 +115,7 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
         assert info["threads"]["torch_intra_op"] >= 1 and info["threads"]["torch_backend"]
 
     summary = read_json(run_dir / "summary.json")
-    assert set(summary) == summary_keys(script)
+    assert set(summary) == summary_keys(script) == set(read_json(tiny_runs[script][1] / "summary.json"))
     assert summary["variant"] == variant and summary["num_iterations"] == 10 and summary["seed"] == 1
     assert summary["time/total"] > 0
     assert summary["charts/episodic_return_final"] > 0
@@ -133,17 +140,33 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
 def test_same_seed_same_metrics(script, tiny_runs):
     first, second = (scalars(run_dir) for run_dir in tiny_runs[script])
     for tag in DETERMINISTIC_TAGS:
-        assert first[tag] == second[tag], f"{tag} differs between two runs with seed 1"
+        assert first[tag] == second[tag], f"{tag} differs between two runs with seed 1 (the second with --sync-timing)"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_sync_timing(script, tmp_path):
-    run_dir = run_ok(script, *TINY, "--sync-timing", "--env-id", "Breakout-MinAtar", "--no-bootstrap-truncation",
-                     log_dir=tmp_path)
-    summary = read_json(run_dir / "summary.json")
-    assert summary["env_id"] == "Breakout-MinAtar"  # 10x10x4 grid observations, flattened
-    logged = scalars(run_dir)
+def test_sync_timing_writes_the_phases(script, tiny_runs):
+    """(tests/test_guards.py proves the phases hold their work.)"""
+    logged = scalars(tiny_runs[script][1])
     assert SYNC_TAGS <= set(logged) and all(v > 0 for tag in SYNC_TAGS for _, v in logged[tag])
+
+
+@pytest.mark.parametrize("script", ONE_AGENT_SCRIPTS)  # every agent's: tests/test_agents.py
+def test_save_then_load_and_evaluate_from_the_command_line(script, tiny_runs, tmp_path):
+    trained, _ = tiny_runs[script]
+    summary = read_json(trained / "summary.json")
+    assert (trained / summary["saved_model"]).exists()
+    assert len(summary["eval/episodic_returns"]) == 3
+    loaded = run_ok(script, *TINY, "--num-iterations", "0", "--load-model", str(trained / summary["saved_model"]),
+                    "--eval-episodes", "3", log_dir=tmp_path / "eval")
+    again = read_json(loaded / "summary.json")
+    # the same greedy policy on the same fresh envs: the same returns, only if the weights came back
+    assert again["eval/episodic_returns"] == summary["eval/episodic_returns"]
+    assert again["eval/episodic_return"] == pytest.approx(np.mean(summary["eval/episodic_returns"]))
+    assert again["num_iterations"] == 0 and again["saved_model"] is None
+    logged = scalars(loaded)
+    assert "time/iteration" not in logged  # no iteration ran
+    assert [value for _, value in logged["eval/episodic_return"]] == again["eval/episodic_returns"]
+    assert logged["eval/episodic_return_mean"][0][1] == pytest.approx(again["eval/episodic_return"])
 
 
 FLOAT32 = {"jax": "float32", "torch": "highest"}  # full float32 matmuls, in each framework's words

@@ -9,14 +9,15 @@ test_compilation.py):
 - --sync-timing measures the work: with known work put into every env step and every minibatch
   step (XLA's, which JAX runs asynchronously, in the JAX steps; a sleep in the host's), time/rollout
   and time/update each hold their work, and together they are the iteration (a deleted
-  block_until_ready turns a phase's time into its dispatch time)."""
+  block_until_ready turns a phase's time into its dispatch time).
+Both read one run per case (Breakout-MinAtar's flat grids, --sync-timing, the known work in):
+its reads are counted with the work in, which makes none."""
 
 import collections
 import contextlib
 import functools
 import time
 
-import numpy as np
 import pytest
 from helpers import AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, SCRIPTS, TINY_ARGS, train_in_process
 
@@ -82,41 +83,6 @@ def counting_host_reads(counts: collections.Counter, active: list):
         ArrayImpl._value, jax.device_get = value, get
 
 
-def reads_per_iteration(script, tmp_path, **changes) -> list[collections.Counter]:
-    """Host reads in each iteration after the first (which sets up and compiles), RunLog's own
-    work on the fetched statistics left out."""
-    windows, counts, active = [], collections.Counter(), [True]
-
-    def watch(m):
-        class Watching(m.RunLog):
-            def iteration(self, iteration, times, stats):
-                windows.append(collections.Counter(counts))
-                counts.clear()
-                active[0] = False
-                try:
-                    return super().iteration(iteration, times, stats)
-                finally:
-                    active[0] = True
-        return Watching
-
-    with counting_host_reads(counts, active):
-        train_in_process(script, tmp_path, watch, **changes)
-    return windows[1:]
-
-
-HOST_READ_CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] + [
-    ("ppo_linen.py", {"jit": False}), ("ppo_torch_compile.py", {"compile_scope": "update+policy"})]
-
-
-@pytest.mark.parametrize("script,changes", HOST_READ_CASES, ids=[case_id(*c) for c in HOST_READ_CASES])
-def test_no_host_read_but_the_fetch_and_the_handover(script, changes, tmp_path):
-    expected = expected_reads(script)
-    seen = reads_per_iteration(script, tmp_path, **changes)
-    assert len(seen) == TINY_ARGS["num_iterations"] - 1
-    for i, reads in enumerate(seen, start=1):
-        assert reads == expected, f"iteration {i}: host reads {dict(reads)}, by design {dict(expected)}"
-
-
 PLANTED = {  # script, Args changes, the function wrapped, the read it makes after each call
     "an .item() per minibatch step (benchback-rl's PyTorch)": ("ppo_torch.py", {}, "minibatch_step",
                                                                lambda stats: stats.sum().item(), "item"),
@@ -159,7 +125,7 @@ def jax_work(x):
     import jax
     import jax.numpy as jnp
 
-    y = jnp.full((WORK_SIZE, WORK_SIZE), jnp.sum(x) * 1e-9)
+    y = jnp.ones((WORK_SIZE, WORK_SIZE)) * (jnp.sum(x) * 1e-9)  # (jnp.full of an array reads it, outside jit)
     y = jax.lax.fori_loop(0, WORK_ROUNDS, lambda i, y: jnp.tanh(y @ y), y)
     return x + 0 * y[0, 0]
 
@@ -204,27 +170,68 @@ def with_delays(m, script):
             SLEEP if "torch" in script else jax_work_seconds())
 
 
-SYNC_CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] + [("ppo_linen.py", {"jit": False})]
+# ---- one guarded run per case, read by both tests: every script on MinAtar (flat 10x10x4 grids)
+ENV = dict(env_id="Breakout-MinAtar", bootstrap_truncation=False, sync_timing=True)
+CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] + [
+    # on CartPole: without jit every call lowers its scans again, and lowering reads the small arrays
+    # the scan closes over to embed them (MinAtar's env has one): a read --no-jit pays by design
+    ("ppo_linen.py", {"jit": False, "env_id": "CartPole-v1"})]
+IDS = [case_id(*c) for c in CASES]
 
 
-@pytest.mark.parametrize("script,changes", SYNC_CASES, ids=[case_id(*c) for c in SYNC_CASES])
-def test_sync_timing_splits_measure_the_work(script, changes, tmp_path):
-    timed, work = [], []
+@pytest.fixture(scope="module")
+def guarded_runs(tmp_path_factory):
+    """get(script, changes): a tiny run of the script with its host reads counted and the known
+    work put into its steps: (host reads of each iteration after the first, which sets up and
+    compiles, RunLog's own work on the fetched statistics left out; each iteration's times;
+    the work per env step and per minibatch step). Made once, read by both tests."""
+    made = {}
 
-    def watch(m):
-        work.extend(with_delays(m, script))
+    def get(script, changes):
+        key = case_id(script, changes)
+        if key in made:
+            return made[key]
+        windows, timed, work, counts, active = [], [], [], collections.Counter(), [True]
 
-        class Watching(m.RunLog):
-            def iteration(self, iteration, times, stats):
-                timed.append(times)
-                return super().iteration(iteration, times, stats)
-        return Watching
+        def watch(m):
+            work.extend(with_delays(m, script))
 
-    train_in_process(script, tmp_path, watch, sync_timing=True, **changes)
+            class Watching(m.RunLog):
+                def iteration(self, iteration, times, stats):
+                    windows.append(collections.Counter(counts))
+                    timed.append(times)
+                    counts.clear()
+                    active[0] = False
+                    try:
+                        return super().iteration(iteration, times, stats)
+                    finally:
+                        active[0] = True
+            return Watching
+
+        with counting_host_reads(counts, active):
+            train_in_process(script, tmp_path_factory.mktemp("guarded"), watch, **{**ENV, **changes})
+        made[key] = windows[1:], timed[1:], work
+        return made[key]
+
+    return get
+
+
+@pytest.mark.parametrize("script,changes", CASES, ids=IDS)
+def test_no_host_read_but_the_fetch_and_the_handover(script, changes, guarded_runs):
+    expected = expected_reads(script)
+    seen, _, _ = guarded_runs(script, changes)
+    assert len(seen) == TINY_ARGS["num_iterations"] - 1
+    for i, reads in enumerate(seen, start=1):
+        assert reads == expected, f"iteration {i}: host reads {dict(reads)}, by design {dict(expected)}"
+
+
+@pytest.mark.parametrize("script,changes", CASES, ids=IDS)
+def test_sync_timing_splits_measure_the_work(script, changes, guarded_runs):
+    _, timed, work = guarded_runs(script, changes)
     # at least half of it: the machine's load may slow the calibration more than the run
     rollout_work = STEPS * work[0] / 2
     update_work = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"] * work[1] / 2
-    for i, times in enumerate(timed[1:], start=1):
+    for i, times in enumerate(timed, start=1):
         rest = times["iteration"] - times["rollout"] - times["update"]
         assert times["rollout"] >= rollout_work, f"iteration {i}: the rollout's {rollout_work:.4f} s of work " \
             f"took {times['rollout']:.4f} s: timed before it finished?"

@@ -9,9 +9,11 @@ import pytest
 from helpers import AGENT_SCRIPTS, SCRIPTS, read_json, run_ok
 
 
-# the agent scripts with 2 of their 8 default agents, for the suite's time: tests/test_agents.py proves
-# each agent computes what the single-agent script computes with its seed
-CASES = [(s, ("--num-agents", "2") if s in AGENT_SCRIPTS else ()) for s in SCRIPTS] + [
+# the agent scripts with 2 of their 8 default agents, and PyTorch's compiled (5 minutes eager here), for the
+# suite's time: tests/test_agents.py proves each agent, eager or compiled, computes what the single-agent
+# script computes with its seed
+AGENTS = {"ppo_torch_agents.py": ("--num-agents", "2", "--compile")}
+CASES = [(s, AGENTS.get(s, ("--num-agents", "2")) if s in AGENT_SCRIPTS else ()) for s in SCRIPTS] + [
     ("ppo_torch_gymnasium.py", ("--vectorization", way)) for way in ("vector", "envpool")]
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import AGENT_SCRIPTS, ROOT, TINY_ARGS, load, read_json, run, run_ok, scalars, train_in_process
+from helpers import AGENT_SCRIPTS, ROOT, TINY_ARGS, load, run, train_in_process
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 from helpers import SCRIPTS as ALL_SCRIPTS
 from test_equivalence import ATOL_WEIGHTS, random_batch
@@ -174,30 +174,6 @@ def test_a_loaded_run_draws_what_a_fresh_run_draws(script, tmp_path):
     np.testing.assert_array_equal(loaded["obs"][0], fresh["obs"][0], err_msg="the envs' first observations")
     for i, (a, b) in enumerate(zip(loaded["perm"], fresh["perm"])):
         np.testing.assert_array_equal(a, b, err_msg=f"shuffle permutation {i}")
-
-
-def tiny(**changes) -> list[str]:
-    values = {**TINY_ARGS, **changes}
-    return [a for name, value in values.items() for a in (f"--{name.replace('_', '-')}", str(value))]
-
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_save_then_load_and_evaluate_from_the_command_line(script, tmp_path):
-    trained = run_ok(script, *tiny(), "--save-model", "--eval-episodes", "3", log_dir=tmp_path / "train")
-    summary = read_json(trained / "summary.json")
-    assert (trained / summary["saved_model"]).exists()
-    assert len(summary["eval/episodic_returns"]) == 3
-    loaded = run_ok(script, *tiny(num_iterations=0), "--load-model", str(trained / summary["saved_model"]),
-                    "--eval-episodes", "3", log_dir=tmp_path / "eval")
-    again = read_json(loaded / "summary.json")
-    # the same greedy policy on the same fresh envs: the same returns, only if the weights came back
-    assert again["eval/episodic_returns"] == summary["eval/episodic_returns"]
-    assert again["eval/episodic_return"] == pytest.approx(np.mean(summary["eval/episodic_returns"]))
-    assert again["num_iterations"] == 0 and again["saved_model"] is None
-    logged = scalars(loaded)
-    assert "time/iteration" not in logged  # no iteration ran
-    assert [value for _, value in logged["eval/episodic_return"]] == again["eval/episodic_returns"]
-    assert logged["eval/episodic_return_mean"][0][1] == pytest.approx(again["eval/episodic_return"])
 
 
 def read_model(script, path, **changes):
