@@ -25,6 +25,8 @@ class Adapter:
 
     def __init__(self, script, weights, args):
         self.m, self.args, self.hidden = self.module(script), args, len(weights["actor"]) - 1
+        self.obs_dim, self.num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        self.continuous = "actor_logstd" in weights  # the Gaussian head: num_actions are its dimensions
         self.setup(weights)
 
     @staticmethod
@@ -127,18 +129,23 @@ class Linen(Adapter):
 
         self.jax, self.jnp = jax, jnp
         params = {"params": {net: {f"Dense_{i}": {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
-                                   for i, (k, b) in enumerate(layers)} for net, layers in weights.items()}}
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        self.state = self.m.make_train_state(jax.random.key(0), obs_dim, num_actions, self.args).replace(params=params)
+                                   for i, (k, b) in enumerate(weights[net])} for net in NETS}}
+        if self.continuous:
+            params["params"]["actor_logstd"] = jnp.asarray(weights["actor_logstd"])
+        self.state = self.m.make_train_state(jax.random.key(0), self.obs_dim, self.num_actions, self.continuous,
+                                             self.args).replace(params=params)
 
     def batch(self, mb):
-        return self.m.Batch(**{k: self.jnp.asarray(v, self.jnp.int32 if k == "actions" else self.jnp.float32)
+        return self.m.Batch(**{k: self.jnp.asarray(v, self.jnp.int32 if v.dtype.kind in "iu" else self.jnp.float32)
                                for k, v in self.with_valid(mb).items()})
 
     def canonical(self, params):
-        return {net: [(np.asarray(params["params"][net][f"Dense_{i}"]["kernel"]),
-                       np.asarray(params["params"][net][f"Dense_{i}"]["bias"])) for i in range(self.hidden + 1)]
-                for net in NETS}
+        out = {net: [(np.asarray(params["params"][net][f"Dense_{i}"]["kernel"]),
+                      np.asarray(params["params"][net][f"Dense_{i}"]["bias"])) for i in range(self.hidden + 1)]
+               for net in NETS}
+        if "actor_logstd" in params["params"]:
+            out["actor_logstd"] = np.asarray(params["params"]["actor_logstd"])
+        return out
 
     def loss_and_grads(self, mb):
         grad_fn = self.jax.value_and_grad(self.m.ppo_loss, has_aux=True)
@@ -167,8 +174,9 @@ class Linen(Adapter):
         self.state = self.m.restore(self.state, self.m.read_model(str(path), self.args))
 
     def logits(self, obs):
-        logits = self.state.apply_fn(self.state.params, self.jnp.asarray(obs), method=self.m.ActorCritic.logits)
-        return np.asarray(logits)
+        """The actor's output: logits, or a Gaussian's mean."""
+        policy = self.state.apply_fn(self.state.params, self.jnp.asarray(obs), method=self.m.ActorCritic.policy)
+        return np.asarray(policy[0])
 
     def weights(self):
         return self.canonical(self.state.params)
