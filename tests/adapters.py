@@ -12,12 +12,18 @@ from helpers import load
 from reference import NETS
 
 
-def jitted_reset(m, env, env_params, num_envs):
+def jitted_reset(m, env, env_params, args):
     """A Gymnax script's env_reset, jitted as the script jits it (Craftax's state holds a key,
-    which only a traced env_reset can cast)."""
+    which only a traced env_reset can cast), with fresh normalization statistics where the
+    script's training starts them."""
+    import math
+
     import jax
 
-    return jax.jit(partial(m.env_reset, env=env, env_params=env_params, num_envs=num_envs))
+    norm = None
+    if m.normalizes(args, env, env_params):
+        norm = m.Normalizer.start(math.prod(env.observation_space(env_params).shape), args.num_envs)
+    return jax.jit(partial(m.env_reset, env=env, env_params=env_params, num_envs=args.num_envs, norm=norm))
 
 
 class Adapter:
@@ -185,7 +191,7 @@ class Linen(Adapter):
         return self.state.opt_state
 
     def run_rollout(self, env, env_params, env_key, runner_key, calls):
-        obs, env_state = jitted_reset(self.m, env, env_params, self.args.num_envs)(env_key)
+        obs, env_state = jitted_reset(self.m, env, env_params, self.args)(env_key)
         runner = self.m.Runner(runner_key, env_state, obs)
         rollout = self.jitted_rollout(env, env_params)
         results = []
@@ -395,7 +401,7 @@ class Torch(Adapter):
     def run_rollout(self, env, env_params, env_key, runner_key, calls):
         import jax
 
-        obs, env_state = jitted_reset(self.m, env, env_params, self.args.num_envs)(env_key)
+        obs, env_state = jitted_reset(self.m, env, env_params, self.args)(env_key)
         runner = self.m.Runner(env_state, self.torch.from_dlpack(obs))
         env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs))
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
