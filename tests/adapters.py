@@ -174,7 +174,7 @@ class Linen(Adapter):
         return self.state
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.state, self.args)
+        return self.m.save_model(str(run_dir), self.state, None, self.args)
 
     def load(self, path):
         self.state = self.m.restore(self.state, self.m.read_model(str(path), self.args))
@@ -227,17 +227,21 @@ class NNX(Linen):
 
     def make_model(self, weights, key):
         """The script's make_model, its layers then set to the canonical weights."""
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        model, optimizer = self.m.make_model(key, obs_dim, num_actions, self.args)
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
+        model, optimizer = self.m.make_model(key, self.obs_dim, self.num_actions, self.continuous, self.args)
+        for net in NETS:
+            for i, (kernel, bias) in enumerate(weights[net]):
                 layer = getattr(model, net).layers[i]
                 layer.kernel[...], layer.bias[...] = self.jnp.asarray(kernel), self.jnp.asarray(bias)
+        if self.continuous:
+            model.actor_logstd[...] = self.jnp.asarray(weights["actor_logstd"])
         return model, optimizer
 
     def canonical(self, tree):
-        return {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
-                      for i in range(self.hidden + 1)] for net in NETS}
+        out = {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
+                     for i in range(self.hidden + 1)] for net in NETS}
+        if "actor_logstd" in tree and tree["actor_logstd"] is not None:
+            out["actor_logstd"] = np.asarray(tree["actor_logstd"][...])
+        return out
 
     def loss_and_grads(self, mb):
         grad_fn = self.nnx.value_and_grad(self.m.ppo_loss, has_aux=True)
@@ -259,13 +263,13 @@ class NNX(Linen):
         return self.model
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.model, self.optimizer, self.args)
+        return self.m.save_model(str(run_dir), self.model, self.optimizer, None, self.args)
 
     def load(self, path):
         self.m.restore(self.model, self.optimizer, self.m.read_model(str(path), self.args))
 
     def logits(self, obs):
-        return np.asarray(self.model.logits(self.jnp.asarray(obs)))
+        return np.asarray(self.model.policy(self.jnp.asarray(obs))[0])
 
     def weights(self):
         return self.canonical(self.nnx.state(self.model))

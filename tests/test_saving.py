@@ -222,8 +222,8 @@ def test_normalization_statistics_are_saved_and_restored(script, tmp_path, capsy
     args = m.Args(**{**TINY_ARGS, "num_iterations": 3}, env_id="Pendulum-v1", log_dir=str(tmp_path))
     env = m.make_env(args.env_id)
     writer = m.Writer(str(tmp_path))
-    state, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))
-    m.save_model(str(tmp_path), state, norm, args)
+    *trained, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))  # (model and optimizer), statistics
+    m.save_model(str(tmp_path), *trained, norm, args)
     saved = m.read_model(str(tmp_path), args, True)["normalizer"]
     for part in ("obs", "reward"):
         for name, value in getattr(norm, part)._asdict().items():
