@@ -1,8 +1,38 @@
 """The slowest test file first. Under pytest-xdist (the README's `-n 2 --dist loadfile`) one
 worker then starts the learning runs while the other takes every other file, instead of the
-learning runs coming last and running alone."""
+learning runs coming last and running alone.
+
+One persistent JAX compilation cache for the session, shared by both workers and every script
+the tests start: the tests run the same tiny programs many times, in fresh processes and fresh
+module copies, and each would otherwise compile them again. (test_compilation counts JAX's
+backend-compile events, which a program loaded from the cache records too.)
+
+OpenMP's threads sleep when idle (OMP_WAIT_POLICY=PASSIVE), unless the caller chose otherwise:
+two workers share two cores, and torch's spinning threads then take the cores from each other
+and from XLA's. On this 2-core VM two eager ppo_torch.py runs side by side took 2-3 min each
+with spinning threads and under 30 s with sleeping ones. Only the tests' speed depends on it:
+no test times anything, and the benchmark (bench.sh) leaves the policy to its tuning preset."""
+
+import os
+import shutil
+import tempfile
 
 FIRST = "test_learning.py"
+CACHE = "JAX_COMPILATION_CACHE_DIR"
+
+
+def pytest_configure(config):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool: inherited by all
+    if CACHE not in os.environ:  # set once, by the process that starts the workers: they inherit it
+        os.environ[CACHE] = tempfile.mkdtemp(prefix="benchback-jax-cache-")
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        config.made_cache = os.environ[CACHE]
+
+
+def pytest_unconfigure(config):
+    if made := getattr(config, "made_cache", None):
+        shutil.rmtree(made, ignore_errors=True)
+        del os.environ[CACHE]
 
 
 def pytest_collection_modifyitems(items):
