@@ -310,8 +310,8 @@ class ActorCritic(nn.Module):
     def setup(self):
         self.actor = MLP(self.hidden, self.num_actions, 0.01)
         self.critic = MLP(self.hidden, 1, 1.0)
-        if self.continuous:  # state-independent
-            self.actor_logstd = self.param("actor_logstd", nn.initializers.zeros, (self.num_actions,))
+        self.actor_logstd = (self.param("actor_logstd", nn.initializers.zeros, (self.num_actions,))
+                             if self.continuous else None)  # state-independent
 
     def __call__(self, obs):
         return self.policy(obs), self.value(obs)
@@ -319,7 +319,7 @@ class ActorCritic(nn.Module):
     def policy(self, obs):
         """(logits, None), or (mean, log-std) broadcast to the mean's shape."""
         out = self.actor(obs)
-        return out, jnp.broadcast_to(self.actor_logstd, out.shape) if self.continuous else None
+        return out, None if self.actor_logstd is None else jnp.broadcast_to(self.actor_logstd, out.shape)
 
     def value(self, obs):
         return self.critic(obs)[..., 0]

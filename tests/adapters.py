@@ -287,17 +287,22 @@ class Equinox(NNX):
         import jax.numpy as jnp
 
         self.jax, self.jnp, self.eqx = jax, jnp, eqx
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), obs_dim, num_actions, self.args)
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
+        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), self.obs_dim, self.num_actions,
+                                                           self.continuous, self.args)
+        for net in NETS:
+            for i, (kernel, bias) in enumerate(weights[net]):
                 model = eqx.tree_at(lambda m: (getattr(m, net).layers[i].weight, getattr(m, net).layers[i].bias),
                                     model, (jnp.asarray(kernel.T), jnp.asarray(bias)))
+        if self.continuous:
+            model = eqx.tree_at(lambda m: m.actor_logstd, model, jnp.asarray(weights["actor_logstd"]))
         self.model = model
 
     def canonical(self, tree):
-        return {net: [(np.asarray(getattr(tree, net).layers[i].weight).T, np.asarray(getattr(tree, net).layers[i].bias))
-                      for i in range(self.hidden + 1)] for net in NETS}
+        out = {net: [(np.asarray(getattr(tree, net).layers[i].weight).T, np.asarray(getattr(tree, net).layers[i].bias))
+                     for i in range(self.hidden + 1)] for net in NETS}
+        if tree.actor_logstd is not None:
+            out["actor_logstd"] = np.asarray(tree.actor_logstd)
+        return out
 
     def loss_and_grads(self, mb):
         grad_fn = self.eqx.filter_value_and_grad(self.m.ppo_loss, has_aux=True)
@@ -316,7 +321,7 @@ class Equinox(NNX):
         return self.canonical(self.model), float(used), float(stats["learning_rate"])
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.model, self.opt_state, self.args)
+        return self.m.save_model(str(run_dir), self.model, self.opt_state, None, self.args)
 
     def load(self, path):  # Equinox reads the leaves into this run's structure, which the env's shapes fix
         saved = self.m.read_model(str(path), self.args, *self.m.make_env(self.args.env_id))
@@ -334,19 +339,24 @@ class Torch(Adapter):
         import torch
 
         self.torch = torch
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        self.agent, self.optimizer = self.m.make_agent(obs_dim, num_actions, self.args, torch.device("cpu"))
-        self.agent.load_state_dict({f"{net}.{2 * i}.{name}": torch.tensor(k.T.copy() if name == "weight" else b)
-                                    for net, layers in weights.items() for i, (k, b) in enumerate(layers)
-                                    for name in ("weight", "bias")})
+        self.agent, self.optimizer = self.m.make_agent(self.obs_dim, self.num_actions, self.continuous, self.args,
+                                                       torch.device("cpu"))
+        state = {f"{net}.{2 * i}.{name}": torch.tensor(k.T.copy() if name == "weight" else b)
+                 for net in NETS for i, (k, b) in enumerate(weights[net]) for name in ("weight", "bias")}
+        if self.continuous:
+            state["actor_logstd"] = torch.tensor(weights["actor_logstd"])
+        self.agent.load_state_dict(state)
 
     def batch(self, mb):
-        dtype = lambda k: self.torch.int32 if k == "actions" else self.torch.float32
-        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(k)) for k, v in self.with_valid(mb).items()})
+        dtype = lambda v: self.torch.int32 if v.dtype.kind in "iu" else self.torch.float32
+        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(v)) for k, v in self.with_valid(mb).items()})
 
     def canonical(self, tensor_of):
-        return {net: [(tensor_of(f"{net}.{2 * i}.weight").T.numpy(), tensor_of(f"{net}.{2 * i}.bias").numpy())
-                      for i in range(self.hidden + 1)] for net in NETS}
+        out = {net: [(tensor_of(f"{net}.{2 * i}.weight").T.numpy(), tensor_of(f"{net}.{2 * i}.bias").numpy())
+                     for i in range(self.hidden + 1)] for net in NETS}
+        if self.continuous:
+            out["actor_logstd"] = tensor_of("actor_logstd").numpy()
+        return out
 
     def weights(self):
         params = dict(self.agent.named_parameters())
@@ -374,14 +384,14 @@ class Torch(Adapter):
         return self.weights(), used, used  # the scripts log this same value
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.agent, self.optimizer, self.args)
+        return self.m.save_model(str(run_dir), self.agent, self.optimizer, None, self.args)
 
     def load(self, path):
         self.m.restore(self.agent, self.optimizer, self.m.read_model(str(path), self.args))
 
     def logits(self, obs):
         with self.torch.no_grad():
-            return self.agent.logits(self.torch.tensor(obs)).numpy()
+            return self.agent.policy(self.torch.tensor(obs))[0].numpy()
 
     @contextlib.contextmanager
     def drawn_permutations(self):
@@ -407,7 +417,8 @@ class Torch(Adapter):
 
         obs, env_state = jitted_reset(self.m, env, env_params, self.args)(env_key)
         runner = self.m.Runner(env_state, self.torch.from_dlpack(obs))
-        env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs))
+        env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs,
+                                      gamma=self.args.gamma))
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
         results = []
         for _ in range(calls):

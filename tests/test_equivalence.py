@@ -210,14 +210,17 @@ def check_updates(script, results, perms, weights, batches, args):
                                    err_msg=f"{script}: weights after update() call {u}")
 
 
-@pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
-def test_gaussian_head_matches_reference(script, continuous_problem):
+GAUSSIAN_CASES = [(s, False) for s in CONTINUOUS_SCRIPTS] + [("ppo_torch_compile.py", True)]
+
+
+@pytest.mark.parametrize("script,compiled", GAUSSIAN_CASES, ids=[s + "-compiled" * c for s, c in GAUSSIAN_CASES])
+def test_gaussian_head_matches_reference(script, compiled, continuous_problem):
     """The continuous head, as both tests above prove the categorical one: from identical weights (a
     log-std among them), one minibatch's loss, statistics and gradients, then consecutive update()
     calls, the log-std's Adam steps included."""
     weights, batches = continuous_problem
     args = update_args(script)
-    adapter = adapter_for(script)(script, weights, args)
+    adapter = adapter_for(script, compiled)(script, weights, args)  # compiled: the whole step, Adam too
     check_loss_and_gradients(adapter, weights, rows(batches[0], slice(0, MINIBATCH)), args)
     with adapter.drawn_permutations() as perms:
         results = [adapter.update(batch, iteration=u) for u, batch in enumerate(batches)]

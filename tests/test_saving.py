@@ -224,15 +224,17 @@ def test_normalization_statistics_are_saved_and_restored(script, tmp_path, capsy
     writer = m.Writer(str(tmp_path))
     *trained, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))  # (model and optimizer), statistics
     m.save_model(str(tmp_path), *trained, norm, args)
-    saved = m.read_model(str(tmp_path), args, True)["normalizer"]
+    read = lambda args: m.read_model(str(tmp_path), args, *(env if "env" in inspect.signature(m.read_model).parameters
+                                                            else (m.normalizes(args, *env),)))  # as main() reads
+    saved = {part: {k: np.asarray(v) for k, v in stats.items()} for part, stats in read(args)["normalizer"].items()}
     for part in ("obs", "reward"):
         for name, value in getattr(norm, part)._asdict().items():
             np.testing.assert_array_equal(saved[part][name], np.asarray(value), err_msg=f"{part} {name}")
     assert saved["obs"]["count"] > 3 * args.num_envs * args.num_steps  # what training saw
 
     start = dataclasses.replace(args, num_iterations=0)
-    _, loaded = m.train(start, *env, m.RunLog(writer, start, "in-process"), m.read_model(str(tmp_path), args, True))
-    _, fresh = m.train(start, *env, m.RunLog(writer, start, "in-process"))
+    *_, loaded = m.train(start, *env, m.RunLog(writer, start, "in-process"), read(args))
+    *_, fresh = m.train(start, *env, m.RunLog(writer, start, "in-process"))
     writer.close()
     assert float(loaded.obs.count) == pytest.approx(saved["obs"]["count"] + args.num_envs)
     assert float(fresh.obs.count) == pytest.approx(1e-4 + args.num_envs)
@@ -243,5 +245,5 @@ def test_normalization_statistics_are_saved_and_restored(script, tmp_path, capsy
     np.testing.assert_array_equal(np.asarray(loaded.discounted), 0.0)
 
     with pytest.raises(SystemExit) as exit_info:
-        m.read_model(str(tmp_path), args, False)
+        read(dataclasses.replace(args, normalize=False))
     assert exit_info.value.code == 2 and "saved with normalize True" in capsys.readouterr().err
