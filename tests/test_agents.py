@@ -24,7 +24,7 @@ SINGLE = {"ppo_linen_agents.py": "ppo_linen.py", "ppo_nnx_agents.py": "ppo_nnx.p
 # the Gaussian head and the normalization, per agent; Pendulum's episodes last 200 steps: 320 end one per env
 CONTINUOUS = ("--env-id", "Pendulum-v1", "--num-steps", "32")
 CASES = ([(s, ()) for s in AGENT_SCRIPTS] + [("ppo_torch_agents.py", ("--compile",))]
-         + [(s, CONTINUOUS) for s in ("ppo_linen_agents.py", "ppo_nnx_agents.py")])
+         + [(s, CONTINUOUS) for s in AGENT_SCRIPTS])
 IDS = [" ".join((s, *t)) for s, t in CASES]
 SEED, NUM_AGENTS = 5, 3
 EVAL = ("--eval-episodes", "3")  # each agent's evaluation is the single-agent script's, proven in test_evaluation
@@ -75,13 +75,14 @@ def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, si
     assert summary["num_agents"] == RUN_AGENTS and len(summary["charts/episodic_return_final_per_agent"]) == RUN_AGENTS
     for agent in range(RUN_AGENTS):
         alone, alone_summary = single_runs(SINGLE[script], SEED + agent, env)
-        # a Gaussian's greedy action is its mean, a float: batched matmuls round it apart over an episode
-        assert summary["eval/episodic_returns"][agent] == pytest.approx(
-            alone_summary["eval/episodic_returns"], rel=1e-3 if env else 0), (agent, "evaluation")
         for tag in PER_AGENT_TAGS:
             ours = logged[f"{tag}/agent{agent}"]
             assert [s for s, _ in ours] == [s for s, _ in alone[tag]], (agent, tag)
             assert [v for _, v in ours] == pytest.approx([v for _, v in alone[tag]], rel=1e-4, abs=1e-6), (agent, tag)
+        # a Gaussian's greedy action is its mean, a float: the batched matmuls' rounding grows over a
+        # 200-step pendulum episode (4e-5 seen); an argmax stays exact
+        assert summary["eval/episodic_returns"][agent] == pytest.approx(
+            alone_summary["eval/episodic_returns"], rel=1e-3 if env else 0), (agent, "evaluation")
     # the mean tags are the means over agents; the learning rate is one schedule for all
     for tag in ("losses/value_loss", "losses/entropy"):
         means = np.mean([[v for _, v in logged[f"{tag}/agent{a}"]] for a in range(RUN_AGENTS)], axis=0)
