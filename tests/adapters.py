@@ -543,11 +543,12 @@ class TorchAgents(Torch):
         import torch
 
         self.torch = torch
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
         self.model, self.params, self.optimizer, self.generators = self.m.make_agents(
-            obs_dim, num_actions, self.args, torch.device("cpu"))
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
+            self.obs_dim, self.num_actions, self.continuous, self.args, torch.device("cpu"))
+        if self.continuous:
+            self.params["actor_logstd"][:] = torch.tensor(weights["actor_logstd"])
+        for net in NETS:
+            for i, (kernel, bias) in enumerate(weights[net]):
                 self.params[net][f"{2 * i}.weight"][:] = torch.tensor(kernel.T.copy())
                 self.params[net][f"{2 * i}.bias"][:] = torch.tensor(bias)
 
@@ -558,7 +559,7 @@ class TorchAgents(Torch):
         return [self.canonical(tensor_of(a)) for a in range(self.args.num_agents)]
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.params, self.optimizer, self.args)
+        return self.m.save_model(str(run_dir), self.params, self.optimizer, None, self.args)
 
     def load(self, path):
         self.m.restore(self.params, self.optimizer, self.m.read_model(str(path), self.args))

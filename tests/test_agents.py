@@ -23,8 +23,8 @@ SINGLE = {"ppo_linen_agents.py": "ppo_linen.py", "ppo_nnx_agents.py": "ppo_nnx.p
           "ppo_torch_agents.py": "ppo_torch.py"}  # the single-agent script each one batches
 # the Gaussian head and the normalization, per agent; Pendulum's episodes last 200 steps: 320 end one per env
 CONTINUOUS = ("--env-id", "Pendulum-v1", "--num-steps", "32")
-CASES = ([(s, ()) for s in AGENT_SCRIPTS] + [("ppo_torch_agents.py", ("--compile",))]
-         + [(s, CONTINUOUS) for s in AGENT_SCRIPTS])
+CASES = [(s, ()) for s in AGENT_SCRIPTS] + [("ppo_torch_agents.py", ("--compile",))]
+RUN_CASES = CASES + [(s, CONTINUOUS) for s in AGENT_SCRIPTS]  # what the agents' runs are compared on
 IDS = [" ".join((s, *t)) for s, t in CASES]
 SEED, NUM_AGENTS = 5, 3
 EVAL = ("--eval-episodes", "3")  # each agent's evaluation is the single-agent script's, proven in test_evaluation
@@ -67,7 +67,7 @@ def agent_runs(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("script,toggles", CASES, ids=IDS)
+@pytest.mark.parametrize("script,toggles", RUN_CASES, ids=[" ".join((s, *t)) for s, t in RUN_CASES])
 def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, single_runs, agent_runs):
     run_dir = agent_runs(script, toggles)
     env = CONTINUOUS if toggles == CONTINUOUS else ()
