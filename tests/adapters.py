@@ -373,7 +373,9 @@ class Torch(Adapter):
         self.agent.zero_grad()
         loss.backward()
         params = dict(self.agent.named_parameters())
-        grads = self.canonical(lambda name: params[name].grad.detach())
+        # a parameter the loss does not reach has no gradient: zero, which the comparison then names
+        grads = self.canonical(lambda name: self.torch.zeros_like(params[name]) if params[name].grad is None
+                               else params[name].grad.detach())
         self.agent.zero_grad()
         return float(loss.detach()), {k: float(v.detach()) for k, v in stats.items()}, grads
 
