@@ -14,8 +14,7 @@ GYMNASIUM_SCRIPTS = [s for s in SCRIPTS if s.endswith("_gymnasium.py")]  # their
 GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]  # JAX envs: Gymnax and Craftax
 AGENT_SCRIPTS = [s for s in SCRIPTS if s.endswith("_agents.py")]  # N agents per process: tests/test_agents.py
 ONE_AGENT_SCRIPTS = [s for s in SCRIPTS if s not in AGENT_SCRIPTS]  # what the framework adapters load
-CONTINUOUS_SCRIPTS = ["ppo_equinox.py", "ppo_linen.py", "ppo_nnx.py", "ppo_nnx_cached.py", "ppo_torch.py",
-                      "ppo_torch_compile.py"]  # the scripts with the Gaussian head so far (issue 31)
+CONTINUOUS_SCRIPTS = ONE_AGENT_SCRIPTS  # the Gaussian head: every script (the agent scripts: tests/test_agents.py)
 
 
 def frameworks(script: str) -> set[str]:

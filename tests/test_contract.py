@@ -15,7 +15,7 @@ SHARED_ARGS = {
     "env_id": "CartPole-v1", "model": "small", "num_envs": 32, "num_steps": 256, "num_minibatches": 8,
     "update_epochs": 10, "num_iterations": 100, "learning_rate": 2.5e-4, "gamma": 0.99, "gae_lambda": 0.95,
     "clip_coef": 0.2, "clip_vloss": True, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
-    "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "bootstrap_truncation": True, "seed": 1,
+    "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "normalize": True, "bootstrap_truncation": True, "seed": 1,
     "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs", "save_model": False, "load_model": None,
     "eval_episodes": 0,
 }
@@ -174,7 +174,6 @@ BAD_INPUTS = {
     "unknown env": (["--env-id", "NoSuchEnv-v0"], ["NoSuchEnv-v0", "CartPole-v1"]),
     "negative learning rate": (["--learning-rate", "-1"], ["learning_rate", "> 0", "-1"]),
     "log dir is a file": (["--log-dir", "README.md"], ["--log-dir", "README.md", "Not a directory"]),
-    "continuous actions": (["--env-id", "Pendulum-v1"], ["Pendulum-v1", "discrete", "CartPole-v1"]),
     "non-Box observations": (["--env-id", "FrozenLake-misc"], ["FrozenLake-misc", "Box", "CartPole-v1"]),
     "needs a download": (["--env-id", "MNISTBandit-bsuite"], ["MNISTBandit-bsuite", "download"]),
     "no CPU twin": (["--env-id", "DeepSea-bsuite"], ["DeepSea-bsuite", "no CPU twin", "Breakout-MinAtar"]),
@@ -189,8 +188,6 @@ BAD_INPUTS = {
 def bad_input(script: str, case: str) -> tuple[list[str], list[str]]:
     """The arguments of a bad-input case and the words its error must say, for this script."""
     args, words = BAD_INPUTS[case]
-    if case == "continuous actions" and script not in GYMNASIUM_SCRIPTS:
-        pytest.skip("the Gymnax scripts run Pendulum-v1")
     if args[0] == "--env-id":  # the Gymnasium scripts refuse every id without a CPU twin alike
         if script not in GYMNASIUM_SCRIPTS and case == "no CPU twin":
             pytest.skip("a Gymnax env the Gymnax scripts run")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import AGENT_SCRIPTS, CONTINUOUS_SCRIPTS, ROOT, TINY_ARGS, load, run, train_in_process
+from helpers import AGENT_SCRIPTS, CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, ROOT, TINY_ARGS, load, run, train_in_process
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 from helpers import SCRIPTS as ALL_SCRIPTS
 from test_equivalence import ATOL_WEIGHTS, random_batch
@@ -220,7 +220,7 @@ def test_normalization_statistics_are_saved_and_restored(script, tmp_path, capsy
     not normalize refuses them."""
     m = load(script, fresh=True)
     args = m.Args(**{**TINY_ARGS, "num_iterations": 3}, env_id="Pendulum-v1", log_dir=str(tmp_path))
-    env = m.make_env(args.env_id)
+    env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
     writer = m.Writer(str(tmp_path))
     *trained, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))  # (model and optimizer), statistics
     m.save_model(str(tmp_path), *trained, norm, args)
