@@ -9,8 +9,8 @@ backend-compile events, which a program loaded from the cache records too.)
 
 OpenMP's threads sleep when idle (OMP_WAIT_POLICY=PASSIVE), unless the caller chose otherwise:
 two workers share two cores, and torch's spinning threads then take the cores from each other
-and from XLA's. On this 2-core VM two eager ppo_torch.py runs side by side took 2-3 min each
-with spinning threads and under 30 s with sleeping ones. Only the tests' speed depends on it:
+and from XLA's. On this 2-core VM, 30 iterations of ppo_torch.py and of ppo_torch_gymnasium.py
+side by side took 2-3 min each with spinning threads and under 30 s with sleeping ones. Only the tests' speed depends on it:
 no test times anything, and the benchmark (bench.sh) leaves the policy to its tuning preset."""
 
 import os
