@@ -49,8 +49,8 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id: its Gymnasium twin (same dynamics) is what runs"""
-    vectorization: Literal["sync", "vector", "envpool"] = "sync"
-    """how the envs step: sync (a Python loop over Gymnasium envs), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
+    vectorization: Literal["sync", "async", "vector", "envpool"] = "sync"
+    """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
     model: Literal["small", "medium", "large"] = "small"
     """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
     num_envs: int = 32
@@ -132,9 +132,11 @@ TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and
     "Walker2d-v5": ("Walker2d-v5", {}),
 }
 VECTORIZATIONS = {  # each way to step the envs, and the twins it offers
-    "sync": tuple(TWINS),  # Gymnasium's SyncVectorEnv: one env after another (AsyncVectorEnv's processes cost more on 2 cores)
+    "sync": tuple(TWINS),  # Gymnasium's SyncVectorEnv: one env after another
+    "async": tuple(TWINS),  # Gymnasium's AsyncVectorEnv: a worker process per env, for expensive envs
     "vector": ("CartPole-v1",),  # Gymnasium's NumPy-vectorized envs: one array operation for all of them
-    "envpool": ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"),  # EnvPool's C++ envs (its MinAtar has none)
+    "envpool": ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0",
+                "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"),  # EnvPool's C++ envs (its MinAtar has none)
 }
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 
@@ -146,8 +148,8 @@ def fail(message: str):
 
 
 def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
-    """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Only the sync vector env can
-    reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
+    """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Gymnasium's sync and async vector
+    envs reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
     if env_id not in TWINS:
         fail(f"env_id {env_id!r} has no CPU twin here; supported: {', '.join(TWINS)}")
     if env_id not in VECTORIZATIONS[vectorization]:
@@ -161,8 +163,9 @@ def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int 
         register_minatar_envs()
     if vectorization == "vector":
         return gym.make_vec(twin, num_envs, vectorization_mode="vector_entry_point", **kwargs)
-    # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep
-    return gym.make_vec(twin, num_envs, vectorization_mode="sync", **kwargs,
+    # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep; the
+    # async workers are forked before any framework starts its threads (main makes the envs first)
+    return gym.make_vec(twin, num_envs, vectorization_mode=vectorization, **kwargs,
                         vector_kwargs={"autoreset_mode": SAME_STEP, "copy": False})
 
 
@@ -261,7 +264,7 @@ def env_step(envs, state: EnvState, action, gamma=None):
     valid = (~state.resetting).astype(np.float32)
     episode_return = state.episode_return + reward  # a reset step's reward is 0
     episode_length = state.episode_length + valid
-    norm = state.norm  # (continuous envs step with same-step autoreset only: every step is a transition)
+    norm = state.norm  # (a next-step autoreset's reset step joins the statistics, as in Gymnasium's wrappers)
     if norm is not None:
         norm, obs = norm.observe(obs, learn=gamma is not None)
         final_obs = norm.observe(final_obs, learn=False)[1]  # scaled as this step's observations, not learned from

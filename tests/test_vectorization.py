@@ -14,7 +14,7 @@ from adapters import adapter_for
 from helpers import GYMNASIUM_SCRIPTS, ROOT, TINY, load, read_json, run, run_ok
 from test_equivalence import MINIBATCH, NUM_ACTIONS, OBS_DIM, problem, rows, shared_args  # noqa: F401
 
-AUTORESET = {"sync": "SameStep", "vector": "NextStep", "envpool": "NextStep"}
+AUTORESET = {"sync": "SameStep", "async": "SameStep", "vector": "NextStep", "envpool": "NextStep"}
 
 
 @pytest.mark.parametrize("vectorization", AUTORESET)
@@ -45,6 +45,32 @@ def test_env_a_vectorization_does_not_offer_is_refused(script, vectorization, en
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert env_id in err and all(e in err for e in m.VECTORIZATIONS[vectorization]), err
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_async_steps_what_sync_steps(env_id):
+    """A worker process per env changes where the envs step, not what they give: the same seeds and
+    actions give the same steps, bit for bit (Pendulum's normalized), over 450 steps with resets."""
+    m = load(GYMNASIUM_SCRIPTS[0])
+    stepped = {}
+    for vectorization in ("sync", "async"):
+        envs = m.make_env(env_id, 4, vectorization, seed=0)
+        norm = m.Normalizer.start(envs.single_observation_space.shape[0], 4) if m.continuous(envs) else None
+        obs, state = m.env_reset(envs, 0, norm)
+        steps, actions = [obs], np.random.default_rng(1)
+        for _ in range(450):
+            space = envs.single_action_space
+            action = (actions.normal(size=(4, *space.shape)).astype(np.float32) if m.continuous(envs)
+                      else actions.integers(space.n, size=4))
+            state, step = m.env_step(envs, state, action, gamma=0.99)
+            steps.append(step)
+        envs.close()
+        stepped[vectorization] = steps
+    np.testing.assert_array_equal(stepped["sync"][0], stepped["async"][0], err_msg="reset")
+    for t, (a, b) in enumerate(zip(stepped["sync"][1:], stepped["async"][1:])):
+        for field, x, y in zip(a._fields, a, b):
+            np.testing.assert_array_equal(x, y, err_msg=f"{env_id} step {t}: {field}")
+    assert sum(s.episode_length.astype(bool).sum() for s in stepped["sync"][1:]) >= 4, "episodes must end"
 
 
 def test_refused_before_anything_is_written(tmp_path):
