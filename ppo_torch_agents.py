@@ -26,7 +26,7 @@ import os
 import platform
 import resource
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from importlib import metadata
 from typing import Literal, NamedTuple
@@ -56,14 +56,14 @@ class Args:
     """parallel environments"""
     num_steps: int = 256
     """steps per environment in one rollout (batch = num_envs * num_steps)"""
-    num_minibatches: int = 8
-    """minibatches per epoch"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default: 8, or 32 for continuous actions)"""
     update_epochs: int = 10
     """passes over the batch per update"""
     num_iterations: int = 100
     """iterations, each one rollout and one update"""
-    learning_rate: float = 2.5e-4
-    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    learning_rate: float | None = None
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps (default: 2.5e-4, or 3e-4 for continuous actions)"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -72,8 +72,8 @@ class Args:
     """surrogate (and value) clipping coefficient"""
     clip_vloss: bool = True
     """clip the value loss as PPO's original code does"""
-    ent_coef: float = 0.01
-    """entropy bonus coefficient"""
+    ent_coef: float | None = None
+    """entropy bonus coefficient (default: 0.01, or 0 for continuous actions)"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
@@ -109,6 +109,10 @@ class Args:
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+# the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
+# (ppo_continuous_action.py) for continuous ones, with which HalfCheetah learns in 1M steps (docs/method.md)
+DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
+            True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
 
 
 def variant_name(args: Args) -> str:
@@ -847,17 +851,23 @@ RANGES = {  # every numeric argument's valid values, checked before anything is 
 
 def check_args(args: Args):
     for expected, (names, valid) in RANGES.items():
-        for name in names:
-            if not valid(getattr(args, name)):
+        for name in names:  # (None: the action space's default, set by with_defaults)
+            if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
     if args.seed + args.num_agents - 1 >= 2**31:
         fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
              f"got {args.seed + args.num_agents - 1}")
     if not all(0 <= beta < 1 for beta in args.adam_betas):
         fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+
+
+def with_defaults(args: Args, continuous_actions: bool) -> Args:
+    """Each value left unset takes its action space's default (run.json records what ran)."""
+    args = replace(args, **{k: v for k, v in DEFAULTS[continuous_actions].items() if getattr(args, k) is None})
     if (args.num_envs * args.num_steps) % args.num_minibatches:
         fail(f"num_minibatches={args.num_minibatches} must divide the batch "
              f"num_envs*num_steps={args.num_envs * args.num_steps}")
+    return args
 
 
 def set_matmul_precision(precision: str) -> dict:
@@ -871,6 +881,7 @@ def main():
     args = tyro.cli(Args)
     check_args(args)
     env, env_params = make_env(args.env_id)
+    args = with_defaults(args, continuous(env, env_params))
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None
     variant = variant_name(args)

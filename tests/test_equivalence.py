@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import CONTINUOUS_SCRIPTS, ONE_AGENT_SCRIPTS as SCRIPTS, load  # the agent scripts: tests/test_agents.py
+from helpers import CONTINUOUS_SCRIPTS, load, script_args
+from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 
 OBS_DIM, NUM_ACTIONS, HIDDEN, MINIBATCH = 6, 3, (64, 64), 256
 EPOCHS, MINIBATCHES, UPDATES = 2, 2, 2  # update() calls of 2 epochs x 2 shuffled minibatches each
@@ -24,8 +25,9 @@ ATOL_WEIGHTS = 2e-6  # float32 against float64; an optimizer step moves a weight
 
 
 def shared_args(script, **changes):
-    """The script's own Args (its defaults are the contract's), with the given changes."""
-    return dataclasses.replace(load(script).Args(), **changes)
+    """The script's own Args (its defaults are the contract's), with the given changes: the discrete
+    defaults on either head, so that a Gaussian's entropy bonus (0 by default) is in the gradient too."""
+    return script_args(load(script), **changes)
 
 
 def update_args(script):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, load
+from helpers import CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, load, script_args
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 
 NUM_ENVS, NUM_STEPS, TIME_LIMIT = 8, 64, 25  # a short time limit: truncations as well as terminations
@@ -191,7 +191,7 @@ def test_rollout_matches_step_by_step_reference(script, env_id, compiled, policy
             pytest.skip("Craftax compiles slowly: the soft policy only")
         # two fresh worlds per step for the 8 envs, in the module the adapter runs (a private copy for torch_compile)
         monkeypatch.setattr(adapter_for(script).module(script), "CRAFTAX_RESET_RATIO", 4)
-    args = dataclasses.replace(load(script).Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
+    args = script_args(load(script), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
     if script in GYMNASIUM_SCRIPTS:
         env_inputs, first_obs, step = gymnasium_envs(script, env_id)
         num_actions = env_inputs[0].single_action_space.n
@@ -270,7 +270,7 @@ def test_next_step_autoreset_masks_the_reset_step(script, vectorization):
     import jax
 
     m = load(script)
-    args = dataclasses.replace(m.Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS, vectorization=vectorization)
+    args = script_args(m, num_envs=NUM_ENVS, num_steps=NUM_STEPS, vectorization=vectorization)
     original = dict(m.TWINS)
     m.TWINS["CartPole-v1"] = ("CartPole-v1", {"max_episode_steps": TIME_LIMIT})
     try:
@@ -358,7 +358,7 @@ def test_continuous_rollout_stores_the_sample_and_steps_the_clipped_action(scrip
     stay raw), and the values, the bootstrap from final observations and GAE follow."""
     import jax
 
-    args = dataclasses.replace(load(script).Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
+    args = script_args(load(script), True, num_envs=NUM_ENVS, num_steps=NUM_STEPS)
     assert args.normalize, "normalization is on by default"
     env_inputs, first_obs, step = gymnax_envs(script, "MountainCarContinuous-v0")
     weights = ref.random_weights(np.random.default_rng(2), len(first_obs[0]), (64, 64), 1, continuous=True)

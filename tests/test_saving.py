@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import AGENT_SCRIPTS, CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, ROOT, TINY_ARGS, load, run, train_in_process
+from helpers import AGENT_SCRIPTS, CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, ROOT, TINY_ARGS, load, run, script_args, train_in_process
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 from helpers import SCRIPTS as ALL_SCRIPTS
 from test_equivalence import ATOL_WEIGHTS, random_batch
@@ -28,8 +28,7 @@ OTHER_WEIGHTS = 99  # the seed of the weights a loading adapter starts from, bef
 
 def update_args(script):
     """One optimizer step per update() call, on a schedule of two: one before saving, one after loading."""
-    return dataclasses.replace(load(script).Args(), num_envs=4, num_steps=64, num_minibatches=1, update_epochs=1,
-                               num_iterations=2)
+    return script_args(load(script), num_envs=4, num_steps=64, num_minibatches=1, update_epochs=1, num_iterations=2)
 
 
 def problem():
