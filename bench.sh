@@ -43,7 +43,8 @@ Presets (default: sweep)
     continuous  continuous actions: Pendulum-v1 and MountainCarContinuous-v0 x the frameworks as
              meant to run, and Pendulum-v1 and HalfCheetah-v5 x {torch, linen}_gymnasium stepped
              sync, async and by EnvPool, x small and medium, --sync-timing, 20 iterations (or
-             --iterations)
+             --iterations); and both envs alone (env_alone.py), stepped each way, HalfCheetah also
+             in MJX (MuJoCo in JAX)
     continuous-learning  the learning runs behind the continuous charts: Pendulum-v1 x every
              Gymnax script (the agent scripts with one agent), 100 iterations, and HalfCheetah-v5
              x {torch, linen}_gymnasium for 1M env steps (122 iterations), small; --repeats 3
@@ -89,7 +90,7 @@ Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch_gymnasium-async linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool
   linen_gymnasium-async linen_gymnasium-nojit
   linen_agents nnx_agents torch_agents torch_agents_compile (with --num-agents: agents)
-  env-gymnax env-sync env-vector env-envpool (env_alone.py: the env alone, no model)
+  env-gymnax env-sync env-async env-vector env-envpool env-mjx (env_alone.py: the env alone, no model)
   torch_compile-grads torch_compile-grads+policy torch_compile-update torch_compile-update+policy
 Settings (tuning's subfolders: the environment each run starts with)
   xla-n        XLA_FLAGS=--xla_cpu_multi_thread_eigen=true   XLA's matrix library on every core
@@ -172,7 +173,7 @@ variant_command() {
     linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
     linen_gymnasium-vector|linen_gymnasium-envpool|linen_gymnasium-async) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
-    env-gymnax|env-sync|env-vector|env-envpool) echo "env_alone.py --backend ${1#env-}" ;;
+    env-gymnax|env-sync|env-async|env-vector|env-envpool|env-mjx) echo "env_alone.py --backend ${1#env-}" ;;
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
     *) return 1 ;;
@@ -184,6 +185,8 @@ offers() {  # whether variant $1 can step env $2: a vectorization offers only so
   case $1 in
     *-vector) contains "$2" "${VECTOR_ENVS[@]}" ;;
     *-envpool) contains "$2" "${ENVPOOL_ENVS[@]}" ;;
+    env-mjx) [[ $2 == HalfCheetah-v5 ]] ;;  # env_alone.py's MJX line
+    env-gymnax) ! contains "$2" "${MUJOCO_ENVS[@]}" ;;
     *) return 0 ;;
   esac
 }
@@ -360,7 +363,9 @@ for r in $(seq 1 "$repeats"); do
       expensive) add expensive "$r" sync - "--num-iterations,${iterations:-20}" "${EXPENSIVE_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium ;;
       continuous)
         add continuous "$r" sync - "--num-iterations,${iterations:-20}" "${CONTINUOUS_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium
-        add continuous "$r" sync - "--num-iterations,${iterations:-20}" Pendulum-v1 HalfCheetah-v5 -- "${CONTINUOUS_CPU[@]}" -- small medium ;;
+        add continuous "$r" sync - "--num-iterations,${iterations:-20}" Pendulum-v1 HalfCheetah-v5 -- "${CONTINUOUS_CPU[@]}" -- small medium
+        add continuous "$r" async - "--num-steps,128,--num-iterations,4" Pendulum-v1 HalfCheetah-v5 -- \
+          env-gymnax env-sync env-async env-envpool env-mjx -- none ;;  # each env alone, stepped each way
       continuous-learning)
         add continuous-learning "$r" async - - Pendulum-v1 -- "${AS_MEANT[@]}" -- small
         add continuous-learning "$r" async - "--num-agents,1" Pendulum-v1 -- "${AGENT_VARIANTS[@]}" -- small

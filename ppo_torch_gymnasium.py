@@ -41,7 +41,7 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    """Gymnax environment id: its Gymnasium twin (same dynamics) is what runs"""
+    """a Gymnax environment id, whose Gymnasium twin (same dynamics) runs, or a MuJoCo task: HalfCheetah-v5, Hopper-v5, Walker2d-v5"""
     vectorization: Literal["sync", "async", "vector", "envpool"] = "sync"
     """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
     model: Literal["small", "medium", "large"] = "small"

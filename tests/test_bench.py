@@ -117,10 +117,16 @@ def test_continuous_presets():
     Pendulum and HalfCheetah, two sizes, 20 synced iterations; continuous-learning: every Gymnax script
     on Pendulum at its defaults (the agent scripts with one agent), HalfCheetah for 1M env steps."""
     lines = planned("continuous")
+    alone = [line for line in lines if "env_alone.py" in line]
+    assert sorted(re.search(r"--backend (\S+) --env-id (\S+)", line).groups() for line in alone) == [
+        ("async", "HalfCheetah-v5"), ("async", "Pendulum-v1"), ("envpool", "HalfCheetah-v5"), ("envpool", "Pendulum-v1"),
+        ("gymnax", "Pendulum-v1"), ("mjx", "HalfCheetah-v5"), ("sync", "HalfCheetah-v5"), ("sync", "Pendulum-v1")]
+    lines = [line for line in lines if line not in alone]
     assert len(lines) == 6 * 2 * 2 + 6 * 2 * 2 and len(set(lines)) == len(lines)
     assert all(line.endswith("--sync-timing --num-iterations 20") for line in lines)
     assert sum("--vectorization async --env-id HalfCheetah-v5" in line for line in lines) == 2 * 2
     pendulum = planned("continuous", "--envs", "Pendulum-v1", "--iterations", "30")
+    pendulum = [line for line in pendulum if "env_alone.py" not in line]
     assert len(pendulum) == 6 * 2 + 6 * 2 and all(line.endswith("--num-iterations 30") for line in pendulum)
     learning = planned("continuous-learning", "--repeats", "3")
     assert len(learning) == 3 * (6 + 4 + 2) and not any("--sync-timing" in line for line in learning)
