@@ -45,9 +45,9 @@ Presets (default: sweep)
              sync, async and by EnvPool, x small and medium, --sync-timing, 20 iterations (or
              --iterations); and both envs alone (env_alone.py), stepped each way, HalfCheetah also
              in MJX (MuJoCo in JAX)
-    continuous-learning  the learning runs behind the continuous charts: Pendulum-v1 x every
-             Gymnax script (the agent scripts with one agent), 100 iterations, and HalfCheetah-v5
-             x {torch, linen}_gymnasium for 1M env steps (122 iterations), small; --repeats 3
+    continuous-learning  the learning runs behind the continuous charts: Pendulum-v1 x the
+             frameworks as meant to run, 100 iterations, and HalfCheetah-v5 x {torch,
+             linen}_gymnasium for 1M env steps (122 iterations), small; --repeats 3
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -368,7 +368,6 @@ for r in $(seq 1 "$repeats"); do
           env-gymnax env-sync env-async env-envpool env-mjx -- none ;;  # each env alone, stepped each way
       continuous-learning)
         add continuous-learning "$r" async - - Pendulum-v1 -- "${AS_MEANT[@]}" -- small
-        add continuous-learning "$r" async - "--num-agents,1" Pendulum-v1 -- "${AGENT_VARIANTS[@]}" -- small
         add continuous-learning "$r" async - "--num-iterations,$HALFCHEETAH_ITERATIONS" HalfCheetah-v5 -- linen_gymnasium torch_gymnasium -- small ;;
       tuning)
         for pair in "${TUNING[@]}"; do

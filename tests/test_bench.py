@@ -114,8 +114,8 @@ def test_cpuenv_keeps_the_listed_envs_with_a_twin():
 
 def test_continuous_presets():
     """continuous: the Gymnax frameworks on both continuous envs, the CPU-env scripts stepped each way on
-    Pendulum and HalfCheetah, two sizes, 20 synced iterations; continuous-learning: every Gymnax script
-    on Pendulum at its defaults (the agent scripts with one agent), HalfCheetah for 1M env steps."""
+    Pendulum and HalfCheetah, two sizes, 20 synced iterations; continuous-learning: the six Gymnax
+    scripts on Pendulum at their defaults, the two CPU-env scripts on HalfCheetah for 1M env steps."""
     lines = planned("continuous")
     alone = [line for line in lines if "env_alone.py" in line]
     assert sorted(re.search(r"--backend (\S+) --env-id (\S+)", line).groups() for line in alone) == [
@@ -129,8 +129,7 @@ def test_continuous_presets():
     pendulum = [line for line in pendulum if "env_alone.py" not in line]
     assert len(pendulum) == 6 * 2 + 6 * 2 and all(line.endswith("--num-iterations 30") for line in pendulum)
     learning = planned("continuous-learning", "--repeats", "3")
-    assert len(learning) == 3 * (6 + 4 + 2) and not any("--sync-timing" in line for line in learning)
-    assert sum(line.endswith("--num-agents 1") for line in learning) == 3 * 4
+    assert len(learning) == 3 * (6 + 2) and not any("--sync-timing" in line for line in learning)
     cheetah = [line for line in learning if "HalfCheetah-v5" in line]
     assert len(cheetah) == 3 * 2 and all(line.endswith("--num-iterations 122") for line in cheetah)  # 1M steps
 

@@ -220,6 +220,7 @@ def test_normalization_statistics_are_saved_and_restored(script, tmp_path, capsy
     m = load(script, fresh=True)
     args = m.Args(**{**TINY_ARGS, "num_iterations": 3}, env_id="Pendulum-v1", log_dir=str(tmp_path))
     env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
+    args = m.with_defaults(args, continuous_actions=True)
     writer = m.Writer(str(tmp_path))
     *trained, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))  # (model and optimizer), statistics
     m.save_model(str(tmp_path), *trained, norm, args)
