@@ -23,6 +23,7 @@ from rich.table import Table
 
 from analysis import docs
 from analysis.agents import agents_section
+from analysis.continuous import continuous_learning_section
 from analysis.cpuenv import cpuenv_section, envscale_section
 from analysis.envs import BENCHBACK_RL_ENVS, complexity, env_times
 from analysis.expensive import craftax_learning_section, expensive_section
@@ -60,21 +61,24 @@ def report(args: Report) -> int:
         console.print("[red]error[/]: no complete run found in " + ", ".join(args.runs))
         return 1
     out.mkdir(parents=True, exist_ok=True)
-    times = env_times(out, sorted({r.env_id for r in runs}))
+    # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's)
+    times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith("continuous")}))
     cx = complexity(times)
     o = Output(out)
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
-    exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning = map(of, EXPERIMENTS)  # in order
+    (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
+     continuous_learning) = map(of, EXPERIMENTS)  # in order
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, o)
     o.heading("The study")
     study_section(runs, skipped, o)
-    o.table("Environment complexity: each env's step time alone (32 envs, random actions)",
-            ["env", "step time of 32 envs (µs)", "relative to the fastest"],
-            [[e, f"{t * 1e6:.1f}", f"{cx[e]:.2f}"] for e, t in sorted(times.items(), key=lambda kv: kv[1])],
-            block="env-complexity")
+    if times:
+        o.table("Environment complexity: each env's step time alone (32 envs, random actions)",
+                ["env", "step time of 32 envs (µs)", "relative to the fastest"],
+                [[e, f"{t * 1e6:.1f}", f"{cx[e]:.2f}"] for e, t in sorted(times.items(), key=lambda kv: kv[1])],
+                block="env-complexity")
     if exp1:
         exp1_section(exp1, cx, o)
     if exp2:
@@ -91,6 +95,8 @@ def report(args: Report) -> int:
         expensive_section(expensive, times, o)
     if craftax_learning:
         craftax_learning_section(craftax_learning, o)
+    if continuous_learning:
+        continuous_learning_section(continuous_learning, o)
     if tuning:
         tuning_section(tuning, o)
         gemm_section(tuning, o)
@@ -98,7 +104,7 @@ def report(args: Report) -> int:
         findings_section(exp1, exp2, exp3, cx, o)
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
     # envscale's, the agent scripts', nor Craftax's)
-    not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning")
+    not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     if skipped:

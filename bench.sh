@@ -13,8 +13,8 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning
-               one part of the schedule alone (tuning is not part of sweep)
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning
+               one part of the schedule alone (tuning and the continuous ones are not part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -40,6 +40,14 @@ Presets (default: sweep)
              20 iterations (or --iterations); Linen and eager torch with XLA's CPU threading on and
              off, torch on one intra-op thread and with a passive OpenMP wait, and torch_compile at
              each --compile-scope: each setting in its own subfolder (see Settings)
+    continuous  continuous actions: Pendulum-v1 and MountainCarContinuous-v0 x the frameworks as
+             meant to run, and Pendulum-v1 and HalfCheetah-v5 x {torch, linen}_gymnasium stepped
+             sync, async and by EnvPool, x small and medium, --sync-timing, 20 iterations (or
+             --iterations); and both envs alone (env_alone.py), stepped each way, HalfCheetah also
+             in MJX (MuJoCo in JAX)
+    continuous-learning  the learning runs behind the continuous charts: Pendulum-v1 x the
+             frameworks as meant to run, 100 iterations, and HalfCheetah-v5 x {torch,
+             linen}_gymnasium for 1M env steps (122 iterations), small; --repeats 3
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -79,9 +87,10 @@ Everything after -- goes to every script, e.g. -- --num-envs 64
 Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool
-  linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen_gymnasium-nojit
+  torch_gymnasium-async linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool
+  linen_gymnasium-async linen_gymnasium-nojit
   linen_agents nnx_agents torch_agents torch_agents_compile (with --num-agents: agents)
-  env-gymnax env-sync env-vector env-envpool (env_alone.py: the env alone, no model)
+  env-gymnax env-sync env-async env-vector env-envpool env-mjx (env_alone.py: the env alone, no model)
   torch_compile-grads torch_compile-grads+policy torch_compile-update torch_compile-update+policy
 Settings (tuning's subfolders: the environment each run starts with)
   xla-n        XLA_FLAGS=--xla_cpu_multi_thread_eigen=true   XLA's matrix library on every core
@@ -112,7 +121,13 @@ COMPILE_MODES=(linen-nojit linen nnx-nojit nnx nnx_cached equinox     # Experime
 CPU_ENV_VARIANTS=(torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool torch                # cpuenv and
                   linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool linen)                # envscale
 ENV_ALONE=(env-gymnax env-sync env-vector env-envpool)  # envscale: each env alone, stepped each way
-VECTOR_ENVS=(CartPole-v1) ENVPOOL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0)  # the scripts' VECTORIZATIONS
+CONTINUOUS_ENVS=(Pendulum-v1 MountainCarContinuous-v0)  # continuous actions in Gymnax, twinned in Gymnasium
+MUJOCO_ENVS=(HalfCheetah-v5 Hopper-v5 Walker2d-v5)       # MuJoCo's C engine: the CPU-env scripts only
+VECTOR_ENVS=(CartPole-v1)  # the scripts' VECTORIZATIONS (async: every env)
+ENVPOOL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 Pendulum-v1 MountainCarContinuous-v0 HalfCheetah-v5 Hopper-v5 Walker2d-v5)
+CONTINUOUS_CPU=(torch_gymnasium torch_gymnasium-async torch_gymnasium-envpool                # continuous
+                linen_gymnasium linen_gymnasium-async linen_gymnasium-envpool)
+HALFCHEETAH_ITERATIONS=122  # continuous-learning: 1M env steps of 32 envs x 256 steps
 CLEANRL_ARGS="--num-envs,4,--num-steps,128,--num-minibatches,4,--update-epochs,4"  # CleanRL ppo.py's defaults
 ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envscale
 AGENT_VARIANTS=(linen_agents nnx_agents torch_agents torch_agents_compile)  # agents: N in one process
@@ -154,11 +169,11 @@ variant_command() {
     torch_compile-grads|torch_compile-grads+policy|torch_compile-update|torch_compile-update+policy)
       echo "ppo_torch_compile.py --compile-scope ${1#torch_compile-}" ;;
     torch_gymnasium) echo "ppo_torch_gymnasium.py" ;;
-    torch_gymnasium-vector|torch_gymnasium-envpool) echo "ppo_torch_gymnasium.py --vectorization ${1#*-}" ;;
+    torch_gymnasium-vector|torch_gymnasium-envpool|torch_gymnasium-async) echo "ppo_torch_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
-    linen_gymnasium-vector|linen_gymnasium-envpool) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
+    linen_gymnasium-vector|linen_gymnasium-envpool|linen_gymnasium-async) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
-    env-gymnax|env-sync|env-vector|env-envpool) echo "env_alone.py --backend ${1#env-}" ;;
+    env-gymnax|env-sync|env-async|env-vector|env-envpool|env-mjx) echo "env_alone.py --backend ${1#env-}" ;;
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
     *) return 1 ;;
@@ -170,6 +185,8 @@ offers() {  # whether variant $1 can step env $2: a vectorization offers only so
   case $1 in
     *-vector) contains "$2" "${VECTOR_ENVS[@]}" ;;
     *-envpool) contains "$2" "${ENVPOOL_ENVS[@]}" ;;
+    env-mjx) [[ $2 == HalfCheetah-v5 ]] ;;  # env_alone.py's MJX line
+    env-gymnax) ! contains "$2" "${MUJOCO_ENVS[@]}" ;;
     *) return 0 ;;
   esac
 }
@@ -222,8 +239,8 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning) experiments=("$preset") ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive or tuning" ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning) experiments=("$preset") ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, continuous or continuous-learning" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -245,8 +262,8 @@ case $envs_opt in
   *) env_filter=($(split "$envs_opt")) ;;
 esac
 for e in "${env_filter[@]}"; do
-  contains "$e" "${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}" "${CRAFTAX_ENVS[@]}" ||
-    die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} ${CRAFTAX_ENVS[*]} (or benchback-rl, extra, all)"
+  contains "$e" "${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}" "${CRAFTAX_ENVS[@]}" "${CONTINUOUS_ENVS[@]}" "${MUJOCO_ENVS[@]}" ||
+    die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} ${CRAFTAX_ENVS[*]} ${CONTINUOUS_ENVS[*]} ${MUJOCO_ENVS[*]} (or benchback-rl, extra, all)"
 done
 variant_filter=($(split "$variants_opt"))
 for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"; done
@@ -264,9 +281,10 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive) ]]; then
-    local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous*) ]]; then
+    local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
+    [[ $exp == continuous* ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
@@ -343,6 +361,14 @@ for r in $(seq 1 "$repeats"); do
         done
         add agents "$r" sync single - "${agent_envs[@]}" -- "${ONE_AGENT[@]}" -- small ;;
       expensive) add expensive "$r" sync - "--num-iterations,${iterations:-20}" "${EXPENSIVE_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium ;;
+      continuous)
+        add continuous "$r" sync - "--num-iterations,${iterations:-20}" "${CONTINUOUS_ENVS[@]}" -- "${AS_MEANT[@]}" -- small medium
+        add continuous "$r" sync - "--num-iterations,${iterations:-20}" Pendulum-v1 HalfCheetah-v5 -- "${CONTINUOUS_CPU[@]}" -- small medium
+        add continuous "$r" async - "--num-steps,128,--num-iterations,4" Pendulum-v1 HalfCheetah-v5 -- \
+          env-gymnax env-sync env-async env-envpool env-mjx -- none ;;  # each env alone, stepped each way
+      continuous-learning)
+        add continuous-learning "$r" async - - Pendulum-v1 -- "${AS_MEANT[@]}" -- small
+        add continuous-learning "$r" async - "--num-iterations,$HALFCHEETAH_ITERATIONS" HalfCheetah-v5 -- linen_gymnasium torch_gymnasium -- small ;;
       tuning)
         for pair in "${TUNING[@]}"; do
           add tuning "$r" sync "${pair#*:}" "--num-iterations,${iterations:-20}" "${tuning_envs[@]}" -- "${pair%%:*}" -- small medium
@@ -405,7 +431,7 @@ command_of() {
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }

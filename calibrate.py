@@ -115,8 +115,8 @@ def minibatch_steps(seconds: float) -> dict:
     data = (rng.standard_normal((ROWS, 4), np.float32), rng.integers(0, 2, ROWS).astype(np.int32),
             *rng.standard_normal((4, ROWS)).astype(np.float32))  # obs, actions, logprobs, values, advantages, returns
 
-    args = linen.Args()
-    train_state = linen.make_train_state(jax.random.key(0), 4, 2, args)
+    args = linen.with_defaults(linen.Args(), continuous_actions=False)
+    train_state = linen.make_train_state(jax.random.key(0), 4, 2, False, args)
     mb = linen.Batch(*map(jax.numpy.asarray, data))
     step = jax.jit(partial(linen.minibatch_step, args=args))
 
@@ -126,11 +126,11 @@ def minibatch_steps(seconds: float) -> dict:
         jax.block_until_ready(stats)
 
     torch.manual_seed(0)
-    agent, optimizer = torch_ppo.make_agent(4, 2, torch_ppo.Args(), torch.device("cpu"))
+    torch_args = torch_ppo.with_defaults(torch_ppo.Args(), continuous_actions=False)
+    agent, optimizer = torch_ppo.make_agent(4, 2, False, torch_args, torch.device("cpu"))
     torch_mb = torch_ppo.Batch(*map(torch.from_numpy, data))
     return {"jax": median_call(jax_step, seconds),
-            "torch": median_call(lambda: torch_ppo.minibatch_step(agent, optimizer, torch_mb, torch_ppo.Args()),
-                                 seconds)}
+            "torch": median_call(lambda: torch_ppo.minibatch_step(agent, optimizer, torch_mb, torch_args), seconds)}
 
 
 def main():

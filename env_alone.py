@@ -3,10 +3,13 @@
 What the env-scaling experiment draws as the env-alone lines, measured the way the scripts
 measure their rollouts: a fresh process run by bench.sh, the scripts' own env helpers
 (`make_env`/`env_reset`/`env_step` of ppo_linen.py for Gymnax, of ppo_torch_gymnasium.py for
-the CPU twins), num_steps steps of num_envs envs per iteration, each iteration timed and
-logged as time/rollout, iteration 0 (compilation, warm-up) left out by the analysis.
+the CPU twins and MuJoCo), num_steps steps of num_envs envs per iteration, each iteration timed and
+logged as time/rollout, iteration 0 (compilation, warm-up) left out by the analysis. Random actions:
+uniform over a Discrete space, uniform in a Box's bounds. --backend mjx steps HalfCheetah-v5's model
+(Gymnasium's XML) in MuJoCo's JAX port, MJX, which no PPO script uses: what physics in JAX costs here.
 
     python env_alone.py --backend vector --env-id CartPole-v1 --num-envs 512
+    python env_alone.py --backend mjx --env-id HalfCheetah-v5
 """
 
 import time
@@ -32,8 +35,8 @@ ROOT = Path(__file__).resolve().parent
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (its CPU twin for the Gymnasium backends)"""
-    backend: Literal["gymnax", "sync", "vector", "envpool"] = "sync"
-    """gymnax: vmapped Gymnax in one jitted lax.scan per rollout; sync, vector, envpool: the CPU twin, stepped as --vectorization steps it"""
+    backend: Literal["gymnax", "sync", "async", "vector", "envpool", "mjx"] = "sync"
+    """gymnax: vmapped Gymnax in one jitted lax.scan per rollout; sync, async, vector, envpool: the CPU twin, stepped as --vectorization steps it; mjx: HalfCheetah-v5 in MJX, vmapped, one jitted lax.scan"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 128
@@ -59,12 +62,13 @@ def gymnax_rollouts(m, args: Args):
     import jax
 
     env, env_params = m.make_env(args.env_id)
-    num_actions = env.action_space(env_params).n
+    space = env.action_space(env_params)
 
     @jax.jit
     def rollout(state, key):
         def step(state, key):
-            action = jax.random.randint(key, (args.num_envs,), 0, num_actions)
+            action = (jax.random.uniform(key, (args.num_envs, *space.shape), minval=space.low, maxval=space.high)
+                      if m.continuous(env, env_params) else jax.random.randint(key, (args.num_envs,), 0, space.n))
             return m.env_step(state, action, env, env_params, args.num_envs)
 
         state, out = jax.lax.scan(step, state, jax.random.split(key, args.num_steps))
@@ -83,13 +87,51 @@ def cpu_rollouts(m, args: Args):
     """Rollout times: ppo_torch_gymnasium.py's host loop of env_step with uniform random actions."""
     envs = m.make_env(args.env_id, args.num_envs, args.backend, args.seed)
     _, state = m.env_reset(envs, args.seed)
-    rng = np.random.default_rng(args.seed)
+    rng, space = np.random.default_rng(args.seed), envs.single_action_space
     while True:
-        actions = rng.integers(0, envs.single_action_space.n, (args.num_steps, args.num_envs), dtype=np.int32)
+        shape = (args.num_steps, args.num_envs, *space.shape)
+        actions = (rng.uniform(space.low, space.high, shape).astype(np.float32) if m.continuous(envs)
+                   else rng.integers(0, space.n, shape, dtype=np.int32))
         start = time.perf_counter()
         for action in actions:
             state, _ = m.env_step(envs, state, action)
         yield time.perf_counter() - start
+
+
+def mjx_rollouts(m, args: Args):
+    """Rollout times: the MuJoCo model of a Gymnasium env (its XML, its frame skip) stepped by MJX,
+    vmapped over the envs, num_steps env steps as one jitted lax.scan; no resets (HalfCheetah has none)."""
+    if args.env_id != "HalfCheetah-v5":
+        print(f"error: --backend mjx offers HalfCheetah-v5, not {args.env_id!r}", file=sys.stderr)
+        sys.exit(2)
+    import gymnasium as gym
+    import jax
+    from mujoco import mjx  # physics in JAX: imported here only
+
+    cpu_env = gym.make(args.env_id).unwrapped
+    model, frame_skip = mjx.put_model(cpu_env.model), cpu_env.frame_skip
+    physics_step = jax.vmap(mjx.step, in_axes=(None, 0))
+
+    @jax.jit
+    def rollout(data, key):
+        def step(data, key):
+            ctrl = jax.random.uniform(key, data.ctrl.shape, minval=-1.0, maxval=1.0)
+            data = jax.lax.fori_loop(0, frame_skip, lambda _, d: physics_step(model, d), data.replace(ctrl=ctrl))
+            return data, data.qpos.sum() + data.qvel.sum()  # what an observation reads
+
+        data, out = jax.lax.scan(step, data, jax.random.split(key, args.num_steps))
+        return data, out.sum()
+
+    data = jax.vmap(lambda _: mjx.make_data(model))(np.arange(args.num_envs))
+    key = jax.random.key(args.seed)
+    while True:
+        key, rollout_key = jax.random.split(key)
+        start = time.perf_counter()
+        data, total = jax.block_until_ready(rollout(data, rollout_key))
+        yield time.perf_counter() - start
+
+
+ROLLOUTS = {"gymnax": gymnax_rollouts, "mjx": mjx_rollouts}  # the others: cpu_rollouts
 
 
 def main():
@@ -98,8 +140,8 @@ def main():
         if getattr(args, name) < 1:
             print(f"error: {name} must be a positive integer, got {getattr(args, name)}", file=sys.stderr)
             sys.exit(2)
-    m = script("ppo_linen.py" if args.backend == "gymnax" else "ppo_torch_gymnasium.py")
-    rollouts = (gymnax_rollouts if args.backend == "gymnax" else cpu_rollouts)(m, args)
+    m = script("ppo_linen.py" if args.backend in ROLLOUTS else "ppo_torch_gymnasium.py")
+    rollouts = ROLLOUTS.get(args.backend, cpu_rollouts)(m, args)
     times = [next(rollouts)]  # an env the backend does not offer exits 2 here, before anything is written
     variant = f"env-{args.backend}"
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__none__s{args.seed}__{int(time.time() * 1000)}")

@@ -23,7 +23,7 @@ import os
 import platform
 import resource
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from importlib import metadata
 from typing import Literal, NamedTuple
@@ -44,21 +44,21 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    """Gymnax environment id (discrete actions, Box observations)"""
+    """Gymnax environment id (discrete or continuous actions, Box observations)"""
     model: Literal["small", "medium", "large"] = "small"
     """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
     """steps per environment in one rollout (batch = num_envs * num_steps)"""
-    num_minibatches: int = 8
-    """minibatches per epoch"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default: 8, or 32 for continuous actions)"""
     update_epochs: int = 10
     """passes over the batch per update"""
     num_iterations: int = 100
     """iterations, each one rollout and one update"""
-    learning_rate: float = 2.5e-4
-    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    learning_rate: float | None = None
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps (default: 2.5e-4, or 3e-4 for continuous actions)"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -67,8 +67,8 @@ class Args:
     """surrogate (and value) clipping coefficient"""
     clip_vloss: bool = True
     """clip the value loss as PPO's original code does"""
-    ent_coef: float = 0.01
-    """entropy bonus coefficient"""
+    ent_coef: float | None = None
+    """entropy bonus coefficient (default: 0.01, or 0 for continuous actions)"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
@@ -77,6 +77,8 @@ class Args:
     """Adam epsilon"""
     adam_betas: tuple[float, float] = (0.9, 0.999)
     """Adam betas"""
+    normalize: bool = True
+    """continuous actions: normalize observations and scale rewards by running statistics (CleanRL's wrappers)"""
     bootstrap_truncation: bool = True
     """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
     seed: int = 1
@@ -98,6 +100,10 @@ class Args:
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+# the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
+# (ppo_continuous_action.py) for continuous ones, with which HalfCheetah learns in 1M steps (docs/method.md)
+DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
+            True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
 
 
 def variant_name(args: Args) -> str:
@@ -116,10 +122,19 @@ def fail(message: str):
     sys.exit(2)
 
 
+def continuous(env, env_params) -> bool:
+    return isinstance(env.action_space(env_params), spaces.Box)
+
+
+def normalizes(args: Args, env, env_params) -> bool:
+    return args.normalize and continuous(env, env_params)
+
+
 def unsupported(env, env_params) -> str | None:
-    """Why this PPO (discrete actions, Box observations) cannot run the env, or None."""
-    if not isinstance(env.action_space(env_params), spaces.Discrete):
-        return "continuous actions (this PPO needs discrete actions)"
+    """Why this PPO (discrete or 1-D Box actions, Box observations) cannot run the env, or None."""
+    space = env.action_space(env_params)
+    if not isinstance(space, spaces.Discrete) and not (continuous(env, env_params) and len(space.shape) == 1):
+        return f"{type(space).__name__} actions of shape {space.shape} (this PPO takes Discrete or 1-D Box actions)"
     if not isinstance(env.observation_space(env_params), spaces.Box):
         return f"{type(env.observation_space(env_params)).__name__} observations (this PPO needs Box observations)"
     return None
@@ -149,11 +164,50 @@ def make_env(env_id: str):
     return env, env_params
 
 
+class Running(NamedTuple):
+    """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch."""
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+
+    def update(self, x):
+        delta, n = x.mean(0) - self.mean, x.shape[0]
+        total = self.count + n
+        var = (self.var * self.count + x.var(0) * n + delta**2 * self.count * n / total) / total
+        return Running(self.mean + delta * n / total, var, total)
+
+
+class Normalizer(NamedTuple):
+    """CleanRL's NormalizeObservation and NormalizeReward (each clipped to +-10), over every env at once."""
+    obs: Running
+    reward: Running  # of the discounted returns, whose standard deviation scales the reward
+    discounted: jax.Array  # each env's discounted return so far
+
+    @classmethod
+    def start(cls, obs_dim, num_envs, saved: dict | None = None):
+        """Fresh statistics (mean 0, variance 1, count 1e-4, as Gymnasium's), or those a model was saved with."""
+        fresh = {"obs": Running(jnp.zeros(obs_dim), jnp.ones(obs_dim), jnp.float32(1e-4)),
+                 "reward": Running(jnp.zeros(()), jnp.ones(()), jnp.float32(1e-4))}
+        stats = {k: Running(**jax.tree.map(jnp.asarray, saved[k])) for k in fresh} if saved else fresh
+        return cls(stats["obs"], stats["reward"], jnp.zeros(num_envs))
+
+    def observe(self, obs, learn=True):
+        """The statistics take the observations in first, then scale them; learn=False: frozen."""
+        stats = self.obs.update(obs) if learn else self.obs
+        return self._replace(obs=stats), jnp.clip((obs - stats.mean) / jnp.sqrt(stats.var + 1e-8), -10, 10)
+
+    def scale(self, reward, terminated, gamma):
+        discounted = jnp.where(terminated, 0.0, self.discounted * gamma) + reward  # cut by a termination only, as Gymnasium's
+        stats = self.reward.update(discounted)
+        return self._replace(reward=stats, discounted=discounted), jnp.clip(reward / jnp.sqrt(stats.var + 1e-8), -10, 10)
+
+
 class EnvState(NamedTuple):
     key: jax.Array  # the environments' own random stream
     env: object  # the Gymnax state of every env
     episode_return: jax.Array
     episode_length: jax.Array
+    norm: Normalizer | None  # None: raw observations and rewards
 
 
 class EnvStep(NamedTuple):
@@ -170,13 +224,16 @@ def flatten_obs(obs, num_envs):
     return obs.reshape(num_envs, -1).astype(jnp.float32)  # MinAtar grids -> vectors
 
 
-def env_reset(key, env, env_params, num_envs):
+def env_reset(key, env, env_params, num_envs, norm: Normalizer | None = None, learn=True):
     key, reset_key = jax.random.split(key)
     obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
     # Gymnax builds some state fields from Python numbers (weakly typed) and a step returns them
     # strongly typed: without this, jit would compile the rollout again on its second call.
     state = jax.tree.map(lambda x: x.astype(x.dtype), state)
-    return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+    obs = flatten_obs(obs, num_envs)
+    if norm is not None:
+        norm, obs = norm.observe(obs, learn)
+    return obs, EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs), norm)
 
 
 def craftax_step(key, env_state, action, env, env_params, num_envs):
@@ -208,9 +265,12 @@ def gymnax_step(key, env_state, action, env, env_params, num_envs):
     return obs, env_state, reward, terminated, truncated, info["final_observation"]
 
 
-def env_step(state: EnvState, action, env, env_params, num_envs):
-    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+def env_step(state: EnvState, action, env, env_params, num_envs, gamma=None):
+    """Steps every env (auto-reset) and keeps the episode statistics (of the raw rewards) on device.
+    gamma: the discount of the returns that scale the rewards; None: the statistics stay frozen."""
     key, step_key = jax.random.split(state.key)
+    if continuous(env, env_params):  # the env gets the sampled action clipped to its bounds
+        action = jnp.clip(action, env.action_space(env_params).low, env.action_space(env_params).high)
     vector_step = craftax_step if env.name.startswith("Craftax") else gymnax_step
     obs, env_state, reward, terminated, truncated, final_obs = vector_step(
         step_key, state.env, action, env, env_params, num_envs)
@@ -218,11 +278,15 @@ def env_step(state: EnvState, action, env, env_params, num_envs):
     done = terminated | truncated
     episode_return = state.episode_return + reward
     episode_length = state.episode_length + 1
-    step = EnvStep(
-        flatten_obs(obs, num_envs), reward, terminated, truncated, flatten_obs(final_obs, num_envs),
-        jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0),
-    )
-    state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length))
+    obs, final_obs, norm = flatten_obs(obs, num_envs), flatten_obs(final_obs, num_envs), state.norm
+    if norm is not None:
+        norm, obs = norm.observe(obs, learn=gamma is not None)
+        final_obs = norm.observe(final_obs, learn=False)[1]  # scaled as this step's observations, not learned from
+        if gamma is not None:
+            norm, reward = norm.scale(reward, terminated, gamma)
+    step = EnvStep(obs, reward, terminated, truncated, final_obs,
+                   jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0))
+    state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length), norm)
     return state, step
 
 
@@ -243,24 +307,51 @@ class MLP(nnx.Module):
 
 
 class ActorCritic(nnx.Module):
-    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
+    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, rngs: nnx.Rngs):
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, continuous: bool, rngs: nnx.Rngs):
         self.actor = MLP(obs_dim, hidden, num_actions, 0.01, rngs)
         self.critic = MLP(obs_dim, hidden, 1, 1.0, rngs)
+        self.actor_logstd = nnx.Param(jnp.zeros(num_actions)) if continuous else None  # state-independent
 
     def __call__(self, obs):
-        return self.actor(obs), self.critic(obs)[..., 0]
+        return self.policy(obs), self.value(obs)
 
-    def logits(self, obs):
-        return self.actor(obs)
+    def policy(self, obs):
+        """(logits, None), or (mean, log-std) broadcast to the mean's shape."""
+        out = self.actor(obs)
+        return out, None if self.actor_logstd is None else jnp.broadcast_to(self.actor_logstd[...], out.shape)
 
     def value(self, obs):
         return self.critic(obs)[..., 0]
 
 
-def make_model(key, obs_dim, num_actions, args: Args):
-    model = ActorCritic(obs_dim, MODELS[args.model], num_actions, rngs=nnx.Rngs(params=key))
+def sample(key, policy):
+    """An action drawn from the policy; a Gaussian's is not clipped here (env_step clips what the env gets)."""
+    out, logstd = policy
+    if logstd is None:
+        return jax.random.categorical(key, out).astype(jnp.int32)
+    return out + jnp.exp(logstd) * jax.random.normal(key, out.shape)
+
+
+def greedy(policy):
+    out, logstd = policy
+    return jnp.argmax(out, -1).astype(jnp.int32) if logstd is None else out
+
+
+def logprob_entropy(policy, actions):
+    """Each action's log-probability and the policy's entropy (a Gaussian's: summed over action dimensions)."""
+    out, logstd = policy
+    if logstd is None:
+        logp = jax.nn.log_softmax(out)
+        return jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0], -(jnp.exp(logp) * logp).sum(-1)
+    logprob = jax.scipy.stats.norm.logpdf(actions, out, jnp.exp(logstd)).sum(-1)
+    return logprob, (0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd).sum(-1)
+
+
+def make_model(key, obs_dim, num_actions, continuous: bool, args: Args):
+    model = ActorCritic(obs_dim, MODELS[args.model], num_actions, continuous, rngs=nnx.Rngs(params=key))
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
         optax.clip_by_global_norm(args.max_grad_norm),
@@ -274,36 +365,41 @@ def make_model(key, obs_dim, num_actions, args: Args):
 MODEL_FILE, SAVED_BY = "model.msgpack", "ppo_nnx_cached.py"  # only this script loads what it saved
 
 
-def save_model(run_dir: str, model: ActorCritic, optimizer: nnx.Optimizer, args: Args) -> str:
-    """The actor-critic's weights and the optimizer's state, which a later run can start from."""
-    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
-    state = nnx.to_pure_dict(nnx.state((model, optimizer)))
+def save_model(run_dir: str, model: ActorCritic, optimizer: nnx.Optimizer, norm: Normalizer | None, args: Args) -> str:
+    """The actor-critic's weights, the optimizer's state and the normalization's statistics, which a
+    later run can start from (and an evaluation needs)."""
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id, "normalize": norm is not None}
+    saved = {"meta": meta, "state": nnx.to_pure_dict(nnx.state((model, optimizer)))}
+    if norm is not None:
+        saved["normalizer"] = {"obs": norm.obs._asdict(), "reward": norm.reward._asdict()}
     with open(os.path.join(run_dir, MODEL_FILE), "wb") as f:
-        f.write(serialization.msgpack_serialize({"meta": meta, "state": state}))
+        f.write(serialization.msgpack_serialize(saved))
     return MODEL_FILE
 
 
-def read_model(path: str, args: Args) -> dict:
-    """The state a model was saved with, or exit 2 saying why this run cannot start from it."""
+def read_model(path: str, args: Args, normalize: bool = False) -> dict:
+    """What a model was saved with (its state, and its normalizer if it has one), or exit 2 saying why
+    this run cannot start from it. normalize: whether this run normalizes."""
     path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
     try:
         with open(path, "rb") as f:
             saved = serialization.msgpack_restore(f.read())
-        meta, state = saved["meta"], saved["state"]
+        meta, _ = saved["meta"], saved["state"]
     except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
         fail(f"--load-model {path}: {e.strerror}")
     except Exception:  # truncated, or not a saved model: the reader raises many kinds
         fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
-    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
-        if meta.get(key) != this_run:
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id),
+                          ("normalize", normalize)):
+        if meta.get(key, False) != this_run:
             fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
-    return state
+    return saved
 
 
 def restore(model: ActorCritic, optimizer: nnx.Optimizer, saved: dict):
     """The saved weights and Adam's state (moments, step count), in place; the schedule starts again."""
     state = nnx.state((model, optimizer))
-    nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, saved))
+    nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, saved["state"]))
     nnx.update((model, optimizer), state)
     schedule = optimizer.opt_state[1]  # inject_hyperparams counts the schedule's steps: from 0 again
     schedule.count[...] = 0
@@ -331,14 +427,14 @@ def rollout(model: ActorCritic, runner: Runner, env, env_params, args: Args):
 
     def step(runner: Runner, _):  # reads the model, never changes it: lax.scan can close over it
         key, action_key = jax.random.split(runner.key)
-        logits = model.logits(runner.obs)  # acting needs only the actor
-        action = jax.random.categorical(action_key, logits).astype(jnp.int32)
-        env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs)
-        return Runner(key, env_state, out.obs), (runner.obs, action, logits, out)
+        policy = model.policy(runner.obs)  # acting needs only the actor
+        action = sample(action_key, policy)
+        env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs, args.gamma)
+        return Runner(key, env_state, out.obs), (runner.obs, action, policy, out)
 
-    runner, (obs, actions, logits, out) = jax.lax.scan(step, runner, length=args.num_steps)
+    runner, (obs, actions, policy, out) = jax.lax.scan(step, runner, length=args.num_steps)
     # the parameters are fixed during the rollout: values and log-probs in one batched pass each
-    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+    logprobs = logprob_entropy(policy, actions)[0]
     values = model.value(obs)
     last_value = model.value(runner.obs)
     final_values = model.value(out.final_obs) if args.bootstrap_truncation else None
@@ -355,14 +451,15 @@ def rollout(model: ActorCritic, runner: Runner, env, env_params, args: Args):
     return runner, batch, stats
 
 
-def evaluate(model: ActorCritic, key, env, env_params, num_episodes: int):
-    """One episode on each of num_episodes fresh envs with the greedy policy: their returns."""
-    obs, env_state = env_reset(key, env, env_params, num_episodes)
+def evaluate(model: ActorCritic, norm: Normalizer | None, key, env, env_params, num_episodes: int):
+    """One episode on each of num_episodes fresh envs with the greedy policy (observations normalized
+    by training's final statistics, frozen): their returns."""
+    obs, env_state = env_reset(key, env, env_params, num_episodes, norm, learn=False)
 
     def step(carry):
         env_state, obs, returns, done = carry
-        logits = model.logits(obs)
-        env_state, out = env_step(env_state, jnp.argmax(logits, -1).astype(jnp.int32), env, env_params, num_episodes)
+        policy = model.policy(obs)
+        env_state, out = env_step(env_state, greedy(policy), env, env_params, num_episodes)
         ended = (out.terminated | out.truncated) & ~done  # each env's first episode only
         return env_state, out.obs, jnp.where(ended, out.episode_return, returns), done | ended
 
@@ -394,10 +491,9 @@ def compute_gae(values, rewards, terminated, truncated, last_value, final_values
 
 # %% loss and update
 def ppo_loss(model: ActorCritic, mb: Batch, args: Args):
-    logits, value = model(mb.obs)
-    logp = jax.nn.log_softmax(logits)
-    logprob = jnp.take_along_axis(logp, mb.actions[:, None], axis=-1)[:, 0]
-    entropy = -(jnp.exp(logp) * logp).sum(-1).mean()
+    policy, value = model(mb.obs)
+    logprob, entropy = logprob_entropy(policy, mb.actions)
+    entropy = entropy.mean()
     logratio = logprob - mb.logprobs
     ratio = jnp.exp(logratio)
     advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std() + 1e-8)
@@ -560,16 +656,22 @@ class RunLog:
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
-    def setup(seed):
+    """Returns the trained model and optimizer and the normalization's statistics (None: not normalized)."""
+    def setup(seed, saved_norm):
         init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
-        obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
-        model, optimizer = make_model(init_key, obs.shape[1], env.action_space(env_params).n, args)
+        obs_dim = math.prod(env.observation_space(env_params).shape)
+        norm = Normalizer.start(obs_dim, args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
+        obs, env_state = env_reset(env_key, env, env_params, args.num_envs, norm)
+        space = env.action_space(env_params)
+        num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
+        model, optimizer = make_model(init_key, obs_dim, num_actions, continuous(env, env_params), args)
         return model, optimizer, Runner(runner_key, env_state, obs), shuffle_key
 
     # the reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
     # it runs once, so XLA compiles it without optimizing it, in half the time
-    once = nnx.jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})
-    model, optimizer, runner, shuffle_key = once(args.seed)
+    saved_norm = saved.get("normalizer") if saved else None
+    once = nnx.jit(setup).lower(args.seed, saved_norm).compile({"xla_backend_optimization_level": 0})
+    model, optimizer, runner, shuffle_key = once(args.seed, saved_norm)
     if saved is not None:
         restore(model, optimizer, saved)
     rollout_fn = partial(rollout, env=env, env_params=env_params, args=args)
@@ -598,7 +700,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
             if args.sync_timing:
                 times.update(rollout=t1 - t0, update=t2 - t1)
             progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
-    return model, optimizer
+    return model, optimizer, runner.env_state.norm
 
 
 # %% main
@@ -614,14 +716,20 @@ RANGES = {  # every numeric argument's valid values, checked before anything is 
 
 def check_args(args: Args):
     for expected, (names, valid) in RANGES.items():
-        for name in names:
-            if not valid(getattr(args, name)):
+        for name in names:  # (None: the action space's default, set by with_defaults)
+            if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
     if not all(0 <= beta < 1 for beta in args.adam_betas):
         fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+
+
+def with_defaults(args: Args, continuous_actions: bool) -> Args:
+    """Each value left unset takes its action space's default (run.json records what ran)."""
+    args = replace(args, **{k: v for k, v in DEFAULTS[continuous_actions].items() if getattr(args, k) is None})
     if (args.num_envs * args.num_steps) % args.num_minibatches:
         fail(f"num_minibatches={args.num_minibatches} must divide the batch "
              f"num_envs*num_steps={args.num_envs * args.num_steps}")
+    return args
 
 
 def set_matmul_precision(precision: str) -> dict:
@@ -634,21 +742,22 @@ def main():
     args = tyro.cli(Args)
     check_args(args)
     env, env_params = make_env(args.env_id)
+    args = with_defaults(args, continuous(env, env_params))
     # a model this run cannot start from is refused before anything is written
-    saved = read_model(args.load_model, args) if args.load_model else None
+    saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
     try:
-        model, optimizer = train(args, env, env_params, log, saved)
+        model, optimizer, norm = train(args, env, env_params, log, saved)
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
-        summary["saved_model"] = save_model(run_dir, model, optimizer, args) if args.save_model else None
+        summary["saved_model"] = save_model(run_dir, model, optimizer, norm, args) if args.save_model else None
         returns = []
         if args.eval_episodes:  # fresh envs: the seed key's fifth split (training takes four at most)
             evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes)
-            returns = nnx.jit(evaluate_fn)(model, jax.random.fold_in(jax.random.key(args.seed), 4))
+            returns = nnx.jit(evaluate_fn)(model, norm, jax.random.fold_in(jax.random.key(args.seed), 4))
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()

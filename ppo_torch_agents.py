@@ -26,7 +26,7 @@ import os
 import platform
 import resource
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from importlib import metadata
 from typing import Literal, NamedTuple
@@ -49,21 +49,21 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    """Gymnax environment id (discrete actions, Box observations)"""
+    """Gymnax environment id (discrete or continuous actions, Box observations)"""
     model: Literal["small", "medium", "large"] = "small"
     """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
     """steps per environment in one rollout (batch = num_envs * num_steps)"""
-    num_minibatches: int = 8
-    """minibatches per epoch"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default: 8, or 32 for continuous actions)"""
     update_epochs: int = 10
     """passes over the batch per update"""
     num_iterations: int = 100
     """iterations, each one rollout and one update"""
-    learning_rate: float = 2.5e-4
-    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    learning_rate: float | None = None
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps (default: 2.5e-4, or 3e-4 for continuous actions)"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -72,8 +72,8 @@ class Args:
     """surrogate (and value) clipping coefficient"""
     clip_vloss: bool = True
     """clip the value loss as PPO's original code does"""
-    ent_coef: float = 0.01
-    """entropy bonus coefficient"""
+    ent_coef: float | None = None
+    """entropy bonus coefficient (default: 0.01, or 0 for continuous actions)"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
@@ -82,6 +82,8 @@ class Args:
     """Adam epsilon"""
     adam_betas: tuple[float, float] = (0.9, 0.999)
     """Adam betas"""
+    normalize: bool = True
+    """continuous actions: normalize observations and scale rewards by running statistics (CleanRL's wrappers)"""
     bootstrap_truncation: bool = True
     """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
     seed: int = 1
@@ -107,6 +109,10 @@ class Args:
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+# the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
+# (ppo_continuous_action.py) for continuous ones, with which HalfCheetah learns in 1M steps (docs/method.md)
+DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
+            True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
 
 
 def variant_name(args: Args) -> str:
@@ -130,10 +136,19 @@ def fail(message: str):
     sys.exit(2)
 
 
+def continuous(env, env_params) -> bool:
+    return isinstance(env.action_space(env_params), spaces.Box)
+
+
+def normalizes(args: Args, env, env_params) -> bool:
+    return args.normalize and continuous(env, env_params)
+
+
 def unsupported(env, env_params) -> str | None:
-    """Why this PPO (discrete actions, Box observations) cannot run the env, or None."""
-    if not isinstance(env.action_space(env_params), spaces.Discrete):
-        return "continuous actions (this PPO needs discrete actions)"
+    """Why this PPO (discrete or 1-D Box actions, Box observations) cannot run the env, or None."""
+    space = env.action_space(env_params)
+    if not isinstance(space, spaces.Discrete) and not (continuous(env, env_params) and len(space.shape) == 1):
+        return f"{type(space).__name__} actions of shape {space.shape} (this PPO takes Discrete or 1-D Box actions)"
     if not isinstance(env.observation_space(env_params), spaces.Box):
         return f"{type(env.observation_space(env_params)).__name__} observations (this PPO needs Box observations)"
     return None
@@ -163,11 +178,50 @@ def make_env(env_id: str):
     return env, env_params
 
 
+class Running(NamedTuple):
+    """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch."""
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+
+    def update(self, x):
+        delta, n = x.mean(0) - self.mean, x.shape[0]
+        total = self.count + n
+        var = (self.var * self.count + x.var(0) * n + delta**2 * self.count * n / total) / total
+        return Running(self.mean + delta * n / total, var, total)
+
+
+class Normalizer(NamedTuple):
+    """CleanRL's NormalizeObservation and NormalizeReward (each clipped to +-10), over every env at once."""
+    obs: Running
+    reward: Running  # of the discounted returns, whose standard deviation scales the reward
+    discounted: jax.Array  # each env's discounted return so far
+
+    @classmethod
+    def start(cls, obs_dim, num_envs, saved: dict | None = None):
+        """Fresh statistics (mean 0, variance 1, count 1e-4, as Gymnasium's), or those a model was saved with."""
+        fresh = {"obs": Running(jnp.zeros(obs_dim), jnp.ones(obs_dim), jnp.float32(1e-4)),
+                 "reward": Running(jnp.zeros(()), jnp.ones(()), jnp.float32(1e-4))}
+        stats = {k: Running(**jax.tree.map(jnp.asarray, saved[k])) for k in fresh} if saved else fresh
+        return cls(stats["obs"], stats["reward"], jnp.zeros(num_envs))
+
+    def observe(self, obs, learn=True):
+        """The statistics take the observations in first, then scale them; learn=False: frozen."""
+        stats = self.obs.update(obs) if learn else self.obs
+        return self._replace(obs=stats), jnp.clip((obs - stats.mean) / jnp.sqrt(stats.var + 1e-8), -10, 10)
+
+    def scale(self, reward, terminated, gamma):
+        discounted = jnp.where(terminated, 0.0, self.discounted * gamma) + reward  # cut by a termination only, as Gymnasium's
+        stats = self.reward.update(discounted)
+        return self._replace(reward=stats, discounted=discounted), jnp.clip(reward / jnp.sqrt(stats.var + 1e-8), -10, 10)
+
+
 class EnvState(NamedTuple):
     key: jax.Array  # the environments' own random stream
     env: object  # the Gymnax state of every env
     episode_return: jax.Array
     episode_length: jax.Array
+    norm: Normalizer | None  # None: raw observations and rewards
 
 
 class EnvStep(NamedTuple):
@@ -184,13 +238,16 @@ def flatten_obs(obs, num_envs):
     return obs.reshape(num_envs, -1).astype(jnp.float32)  # MinAtar grids -> vectors
 
 
-def env_reset(key, env, env_params, num_envs):
+def env_reset(key, env, env_params, num_envs, norm: Normalizer | None = None, learn=True):
     key, reset_key = jax.random.split(key)
     obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
     # Gymnax builds some state fields from Python numbers (weakly typed) and a step returns them
     # strongly typed: without this, jit would compile the rollout again on its second call.
     state = jax.tree.map(lambda x: x.astype(x.dtype), state)
-    return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+    obs = flatten_obs(obs, num_envs)
+    if norm is not None:
+        norm, obs = norm.observe(obs, learn)
+    return obs, EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs), norm)
 
 
 def craftax_step(key, env_state, action, env, env_params, num_envs):
@@ -222,9 +279,12 @@ def gymnax_step(key, env_state, action, env, env_params, num_envs):
     return obs, env_state, reward, terminated, truncated, info["final_observation"]
 
 
-def env_step(state: EnvState, action, env, env_params, num_envs):
-    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+def env_step(state: EnvState, action, env, env_params, num_envs, gamma=None):
+    """Steps every env (auto-reset) and keeps the episode statistics (of the raw rewards) on device.
+    gamma: the discount of the returns that scale the rewards; None: the statistics stay frozen."""
     key, step_key = jax.random.split(state.key)
+    if continuous(env, env_params):  # the env gets the sampled action clipped to its bounds
+        action = jnp.clip(action, env.action_space(env_params).low, env.action_space(env_params).high)
     vector_step = craftax_step if env.name.startswith("Craftax") else gymnax_step
     obs, env_state, reward, terminated, truncated, final_obs = vector_step(
         step_key, state.env, action, env, env_params, num_envs)
@@ -232,11 +292,15 @@ def env_step(state: EnvState, action, env, env_params, num_envs):
     done = terminated | truncated
     episode_return = state.episode_return + reward
     episode_length = state.episode_length + 1
-    step = EnvStep(
-        flatten_obs(obs, num_envs), reward, terminated, truncated, flatten_obs(final_obs, num_envs),
-        jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0),
-    )
-    state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length))
+    obs, final_obs, norm = flatten_obs(obs, num_envs), flatten_obs(final_obs, num_envs), state.norm
+    if norm is not None:
+        norm, obs = norm.observe(obs, learn=gamma is not None)
+        final_obs = norm.observe(final_obs, learn=False)[1]  # scaled as this step's observations, not learned from
+        if gamma is not None:
+            norm, reward = norm.scale(reward, terminated, gamma)
+    step = EnvStep(obs, reward, terminated, truncated, final_obs,
+                   jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0))
+    state = EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length), norm)
     return state, step
 
 
@@ -256,27 +320,62 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_scale: float) ->
 
 
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
+    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int):
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, continuous: bool):
         super().__init__()
         self.actor = mlp(obs_dim, hidden, num_actions, 0.01)
         self.critic = mlp(obs_dim, hidden, 1, 1.0)
+        self.actor_logstd = nn.Parameter(torch.zeros(num_actions)) if continuous else None  # state-independent
 
     def forward(self, obs):
-        return self.actor(obs), self.critic(obs)[..., 0]
+        return self.policy(obs), self.value(obs)
 
-    def logits(self, obs):
-        return self.actor(obs)
+    def policy(self, obs):
+        return self.head(self.actor(obs))
+
+    def head(self, out):
+        """The policy from the actor's output: (logits, None), or (mean, log-std) broadcast to the mean's shape."""
+        return out, None if self.actor_logstd is None else self.actor_logstd.expand_as(out)
 
     def value(self, obs):
         return self.critic(obs)[..., 0]
 
 
+def noise(shape, continuous: bool, device, generator):
+    """A rollout's sampling noise from one agent's generator: standard normal for a Gaussian, Gumbel for logits."""
+    if continuous:
+        return torch.randn(shape, device=device, generator=generator)
+    return -torch.empty(shape, device=device).exponential_(generator=generator).log()
+
+
+def sample(policy, noise):
+    """An action from the policy and its noise: Gumbel-max for logits (as jax.random.categorical: no
+    multinomial, no validation sync), mean + std * noise for a Gaussian, not clipped (env_step clips)."""
+    out, logstd = policy
+    return torch.argmax(out + noise, dim=-1).int() if logstd is None else out + logstd.exp() * noise
+
+
+def greedy(policy):
+    out, logstd = policy
+    return out.argmax(-1).int() if logstd is None else out
+
+
+def logprob_entropy(policy, actions):
+    """Each action's log-probability and the policy's entropy (a Gaussian's: summed over action dimensions)."""
+    out, logstd = policy
+    if logstd is None:
+        logp = torch.log_softmax(out, -1)
+        return logp.gather(-1, actions[..., None].long())[..., 0], -(logp.exp() * logp).sum(-1)
+    normal = torch.distributions.Normal(out, logstd.exp(), validate_args=False)  # validation would sync
+    return normal.log_prob(actions).sum(-1), normal.entropy().sum(-1)
+
+
 NETS = ("actor", "critic")
 
 
-def make_agents(obs_dim, num_actions, args: Args, device):
+def make_agents(obs_dim, num_actions, continuous: bool, args: Args, device):
     """The agents' weights stacked along a leading agent axis, the one model that torch.func calls with
     them, one Adam over the stacked tensors, and each agent's random generator.
 
@@ -285,12 +384,14 @@ def make_agents(obs_dim, num_actions, args: Args, device):
     agents, generators = [], []
     for agent in range(args.num_agents):
         torch.manual_seed(args.seed + agent)
-        agents.append(ActorCritic(obs_dim, MODELS[args.model], num_actions).to(device))
+        agents.append(ActorCritic(obs_dim, MODELS[args.model], num_actions, continuous).to(device))
         generators.append(torch.Generator(device))
         generators[-1].set_state(torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device))
     # {"actor" | "critic": {"0.weight": (num_agents, ...), ...}}: plain tensors, Adam's leaves
     params = {net: {name: p.detach() for name, p in stack_module_state([getattr(a, net) for a in agents])[0].items()}
               for net in NETS}
+    if continuous:  # each agent's log-std: (num_agents, action dimensions)
+        params["actor_logstd"] = torch.stack([a.actor_logstd.detach() for a in agents])
     # fused: one kernel for all parameters instead of a loop over them; elementwise, so one Adam per agent
     optimizer = torch.optim.Adam(leaves(params), lr=args.learning_rate, betas=args.adam_betas,
                                  eps=args.adam_eps, fused=True)
@@ -298,7 +399,18 @@ def make_agents(obs_dim, num_actions, args: Args, device):
 
 
 def leaves(params: dict) -> list:
-    return [p for net in NETS for p in params[net].values()]
+    return [p for net in NETS for p in params[net].values()] + ([params["actor_logstd"]] if "actor_logstd" in params else [])
+
+
+def head(params: dict, out, agent_dim: int | None = 0):
+    """The policy from the actor's output: (logits, None), or (mean, log-std) with each agent's log-std
+    broadcast to its means (out's agent axis at agent_dim; None: one agent's, as inside vmap)."""
+    if "actor_logstd" not in params:
+        return out, None
+    logstd = params["actor_logstd"]
+    if agent_dim is not None:
+        logstd = logstd.reshape([-1 if d == agent_dim else 1 for d in range(out.dim() - 1)] + [out.shape[-1]])
+    return out, logstd.expand_as(out)
 
 
 def call(net: nn.Module, params: dict, obs):
@@ -314,16 +426,21 @@ def call_agents(net: nn.Module, params: dict, obs, agent_dim: int = 0):
 MODEL_FILE, SAVED_BY = "model.pt", "ppo_torch_agents.py"  # only this script loads what it saved
 
 
-def save_model(run_dir: str, params: dict, optimizer, args: Args) -> str:
-    """The agents' weights and the optimizer's state, which a later run can start from."""
-    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id, "num_agents": args.num_agents}
-    torch.save({"meta": meta, "params": params, "optimizer": optimizer.state_dict()},
-               os.path.join(run_dir, MODEL_FILE))
+def save_model(run_dir: str, params: dict, optimizer, norm: Normalizer | None, args: Args) -> str:
+    """The agents' weights, the optimizer's state and the normalization's statistics (as tensors, stacked),
+    which a later run can start from (and an evaluation needs)."""
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id, "num_agents": args.num_agents,
+            "normalize": norm is not None}
+    saved = {"meta": meta, "params": params, "optimizer": optimizer.state_dict()}
+    if norm is not None:
+        saved["normalizer"] = jax.tree.map(torch.from_dlpack, {"obs": norm.obs._asdict(), "reward": norm.reward._asdict()})
+    torch.save(saved, os.path.join(run_dir, MODEL_FILE))
     return MODEL_FILE
 
 
-def read_model(path: str, args: Args) -> dict:
-    """The state dicts a model was saved with, or exit 2 saying why this run cannot start from it."""
+def read_model(path: str, args: Args, normalize: bool = False) -> dict:
+    """The state dicts a model was saved with (and its normalizer's statistics), or exit 2 saying why this
+    run cannot start from it. normalize: whether this run normalizes."""
     path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only
@@ -333,8 +450,8 @@ def read_model(path: str, args: Args) -> dict:
     except Exception:  # truncated, or not a saved model: the reader raises many kinds
         fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
     for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id),
-                          ("num_agents", args.num_agents)):
-        if meta.get(key) != this_run:
+                          ("num_agents", args.num_agents), ("normalize", normalize)):
+        if meta.get(key, False) != this_run:
             fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
     return saved
 
@@ -373,30 +490,29 @@ def to_jax(action: torch.Tensor):
     return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
 
 
-def act(model: ActorCritic, params: dict, obs, gumbel):
-    """Gumbel-max sampling, as jax.random.categorical: no multinomial, no validation sync."""
-    logits = call_agents(model.actor, params["actor"], obs)  # acting needs only the actor
-    return torch.argmax(logits + gumbel, dim=-1).int(), logits  # int32: no conversion in JAX
+def act(model: ActorCritic, params: dict, obs, noise):
+    """Every agent's action (a discrete one as int32: no conversion in JAX) and its actor's output."""
+    out = call_agents(model.actor, params["actor"], obs)  # acting needs only the actor
+    return sample(head(params, out), noise), out
 
 
 @torch.no_grad()
 def rollout(model: ActorCritic, params: dict, generators: list, runner: Runner, env_step_fn, args: Args):
     """num_steps steps of every agent's envs, then GAE: the batch to learn from, (num_agents, batch, ...)."""
     env_state, obs = runner
-    num_actions = model.actor[-1].out_features  # the Gumbel noise of the whole rollout: one op per agent
-    shape = (args.num_steps, args.num_envs, num_actions)
-    gumbel = torch.stack([-torch.empty(shape, device=obs.device).exponential_(generator=g).log() for g in generators], 1)
-    observations, actions, all_logits, steps = [], [], [], []
+    shape = (args.num_steps, args.num_envs, model.actor[-1].out_features)  # the whole rollout's noise: one op per agent
+    noises = torch.stack([noise(shape, "actor_logstd" in params, obs.device, g) for g in generators], 1)
+    observations, actions, outputs, steps = [], [], [], []
     for t in range(args.num_steps):
-        action, logits = act(model, params, obs, gumbel[t])
+        action, output = act(model, params, obs, noises[t])
         env_state, out = env_step_fn(env_state, to_jax(action))
-        observations.append(obs), actions.append(action), all_logits.append(logits), steps.append(out)
+        observations.append(obs), actions.append(action), outputs.append(output), steps.append(out)
         obs = torch.from_dlpack(out.obs)
     out = EnvStep(*map(torch.from_dlpack, stack_steps(steps)))
-    obs_t, actions, logits = torch.stack(observations), torch.stack(actions), torch.stack(all_logits)
+    obs_t, actions, outputs = torch.stack(observations), torch.stack(actions), torch.stack(outputs)
     # the parameters are fixed during the rollout: values and log-probs in one batched pass each;
     # arrays are (num_steps, num_agents, num_envs, ...): the agent axis is 1 until the batch is made
-    logprobs = torch.log_softmax(logits, -1).gather(-1, actions[..., None].long())[..., 0]
+    logprobs = logprob_entropy(head(params, outputs, agent_dim=1), actions)[0]
     value = lambda obs, agent_dim=1: call_agents(model.critic, params["critic"], obs, agent_dim)[..., 0]
     values = value(obs_t)
     last_value = value(obs, 0)
@@ -416,14 +532,15 @@ def rollout(model: ActorCritic, params: dict, generators: list, runner: Runner, 
     return Runner(env_state, obs), batch, stats
 
 
-def evaluate(model: ActorCritic, params: dict, keys, env, env_params, num_episodes: int) -> np.ndarray:
-    """One episode on each of num_episodes fresh envs per agent with its greedy policy: (agents, episodes) returns."""
-    obs, env_state = jax.vmap(lambda key: env_reset(key, env, env_params, num_episodes))(keys)
+def evaluate(model: ActorCritic, params: dict, norm: Normalizer | None, keys, env, env_params, num_episodes: int):
+    """One episode on each of num_episodes fresh envs per agent with its greedy policy (observations normalized
+    by its training's final statistics, frozen): (agents, episodes) returns."""
+    obs, env_state = jax.vmap(lambda key, norm: env_reset(key, env, env_params, num_episodes, norm, learn=False))(keys, norm)
     step = jax.jit(jax.vmap(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes)))
     returns, done = np.zeros(obs.shape[:2]), np.zeros(obs.shape[:2], bool)
     while not done.all():  # a loop on the host: evaluation is not timed
         with torch.no_grad():
-            action = call_agents(model.actor, params["actor"], torch.from_dlpack(obs)).argmax(-1).int()
+            action = greedy(head(params, call_agents(model.actor, params["actor"], torch.from_dlpack(obs))))
         env_state, out = step(env_state, to_jax(action))
         ended = np.asarray(out.terminated | out.truncated) & ~done  # each env's first episode only
         returns[ended] = np.asarray(out.episode_return)[ended]
@@ -460,10 +577,10 @@ def compute_gae(values, rewards, terminated, truncated, last_value, final_values
 # %% loss and update
 def ppo_loss(params: dict, model: ActorCritic, mb: Batch, args: Args):
     """One agent's loss on its minibatch, from its weights (what torch.func.grad differentiates)."""
-    logits, value = call(model.actor, params["actor"], mb.obs), call(model.critic, params["critic"], mb.obs)[..., 0]
-    logp = torch.log_softmax(logits, -1)
-    logprob = logp.gather(-1, mb.actions[:, None].long())[:, 0]
-    entropy = -(logp.exp() * logp).sum(-1).mean()
+    policy = head(params, call(model.actor, params["actor"], mb.obs), agent_dim=None)
+    value = call(model.critic, params["critic"], mb.obs)[..., 0]
+    logprob, entropy = logprob_entropy(policy, mb.actions)
+    entropy = entropy.mean()
     logratio = logprob - mb.logprobs
     ratio = logratio.exp()
     # population std (correction=0), as jnp.std
@@ -491,7 +608,9 @@ def agent_grads(params: dict, model: ActorCritic, mb: Batch, args: Args):
     grads, stats = grad(ppo_loss, has_aux=True)(params, model, mb, args)
     norm = torch.stack([g.norm() for g in leaves(grads)]).norm()
     scale = torch.clamp(args.max_grad_norm / (norm + 1e-6), max=1.0)
-    return {net: {name: g * scale for name, g in grads[net].items()} for net in NETS}, torch.stack(list(stats.values()))
+    clipped = {key: {name: g * scale for name, g in g_net.items()} if key in NETS else g_net * scale  # the log-std's too
+               for key, g_net in grads.items()}
+    return clipped, torch.stack(list(stats.values()))
 
 
 def minibatch_grads(params: dict, model: ActorCritic, mb: Batch, args: Args):
@@ -673,14 +792,21 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     # agent i's seed + i drives its init, actions and shuffling (make_agents) and, in JAX, its environments.
     # The environments' reset as one compiled call, not dozens of op-by-op compilations; it runs
     # once, so XLA compiles it without optimizing it, in half the time
-    reset = jax.jit(jax.vmap(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs)))
+    obs_dim, space = math.prod(env.observation_space(env_params).shape), env.action_space(env_params)
+    norm = None
+    if normalizes(args, env, env_params):  # each agent's statistics, fresh or saved, stacked
+        of_agent = lambda i: None if saved is None else jax.tree.map(lambda x: x[i], saved["normalizer"])
+        norm = jax.tree.map(lambda *xs: jnp.stack(xs),
+                            *[Normalizer.start(obs_dim, args.num_envs, of_agent(i)) for i in range(args.num_agents)])
+    reset = jax.jit(jax.vmap(lambda seed, norm: env_reset(jax.random.key(seed), env, env_params, args.num_envs, norm)))
     seeds = agent_seeds(args)
-    obs, env_state = reset.lower(seeds).compile({"xla_backend_optimization_level": 0})(seeds)
-    model, params, optimizer, generators = make_agents(obs.shape[2], env.action_space(env_params).n, args, device)
+    obs, env_state = reset.lower(seeds, norm).compile({"xla_backend_optimization_level": 0})(seeds, norm)
+    num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
+    model, params, optimizer, generators = make_agents(obs_dim, num_actions, continuous(env, env_params), args, device)
     if saved is not None:
         restore(params, optimizer, saved)
     runner = Runner(env_state, torch.from_dlpack(obs))
-    env_step_fn = jax.vmap(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs))
+    env_step_fn = jax.vmap(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs, gamma=args.gamma))
     if args.jit_env:  # the env state is consumed: XLA reuses its buffers
         env_step_fn = jax.jit(env_step_fn, donate_argnums=0)
     # torch needs each env step's result at once: on the CPU, JAX then does better to run a call in
@@ -709,7 +835,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
             if args.sync_timing:
                 times.update(rollout=t1 - t0, update=t2 - t1)
             progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
-    return model, params, optimizer
+    return model, params, optimizer, runner.env_state.norm
 
 
 # %% main
@@ -725,17 +851,23 @@ RANGES = {  # every numeric argument's valid values, checked before anything is 
 
 def check_args(args: Args):
     for expected, (names, valid) in RANGES.items():
-        for name in names:
-            if not valid(getattr(args, name)):
+        for name in names:  # (None: the action space's default, set by with_defaults)
+            if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
     if args.seed + args.num_agents - 1 >= 2**31:
         fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
              f"got {args.seed + args.num_agents - 1}")
     if not all(0 <= beta < 1 for beta in args.adam_betas):
         fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+
+
+def with_defaults(args: Args, continuous_actions: bool) -> Args:
+    """Each value left unset takes its action space's default (run.json records what ran)."""
+    args = replace(args, **{k: v for k, v in DEFAULTS[continuous_actions].items() if getattr(args, k) is None})
     if (args.num_envs * args.num_steps) % args.num_minibatches:
         fail(f"num_minibatches={args.num_minibatches} must divide the batch "
              f"num_envs*num_steps={args.num_envs * args.num_steps}")
+    return args
 
 
 def set_matmul_precision(precision: str) -> dict:
@@ -749,8 +881,9 @@ def main():
     args = tyro.cli(Args)
     check_args(args)
     env, env_params = make_env(args.env_id)
+    args = with_defaults(args, continuous(env, env_params))
     # a model this run cannot start from is refused before anything is written
-    saved = read_model(args.load_model, args) if args.load_model else None
+    saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     device = torch_device()
@@ -758,13 +891,13 @@ def main():
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
     try:
-        model, params, optimizer = train(args, env, env_params, log, saved)
+        model, params, optimizer, norm = train(args, env, env_params, log, saved)
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
-        summary["saved_model"] = save_model(run_dir, params, optimizer, args) if args.save_model else None
+        summary["saved_model"] = save_model(run_dir, params, optimizer, norm, args) if args.save_model else None
         returns = []
         if args.eval_episodes:  # fresh envs: agent i's seed key's fifth split (training takes four)
             keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 4))(agent_seeds(args))
-            returns = evaluate(model, params, keys, env, env_params, args.eval_episodes)
+            returns = evaluate(model, params, norm, keys, env, env_params, args.eval_episodes)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()

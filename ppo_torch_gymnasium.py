@@ -23,7 +23,7 @@ import os
 import platform
 import resource
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from typing import Literal, NamedTuple
 
@@ -41,23 +41,23 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    """Gymnax environment id: its Gymnasium twin (same dynamics) is what runs"""
-    vectorization: Literal["sync", "vector", "envpool"] = "sync"
-    """how the envs step: sync (a Python loop over Gymnasium envs), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
+    """a Gymnax environment id, whose Gymnasium twin (same dynamics) runs, or a MuJoCo task: HalfCheetah-v5, Hopper-v5, Walker2d-v5"""
+    vectorization: Literal["sync", "async", "vector", "envpool"] = "sync"
+    """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
     model: Literal["small", "medium", "large"] = "small"
     """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
     """steps per environment in one rollout (batch = num_envs * num_steps)"""
-    num_minibatches: int = 8
-    """minibatches per epoch"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default: 8, or 32 for continuous actions)"""
     update_epochs: int = 10
     """passes over the batch per update"""
     num_iterations: int = 100
     """iterations, each one rollout and one update"""
-    learning_rate: float = 2.5e-4
-    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
+    learning_rate: float | None = None
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps (default: 2.5e-4, or 3e-4 for continuous actions)"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -66,8 +66,8 @@ class Args:
     """surrogate (and value) clipping coefficient"""
     clip_vloss: bool = True
     """clip the value loss as PPO's original code does"""
-    ent_coef: float = 0.01
-    """entropy bonus coefficient"""
+    ent_coef: float | None = None
+    """entropy bonus coefficient (default: 0.01, or 0 for continuous actions)"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
@@ -76,6 +76,8 @@ class Args:
     """Adam epsilon"""
     adam_betas: tuple[float, float] = (0.9, 0.999)
     """Adam betas"""
+    normalize: bool = True
+    """continuous actions: normalize observations and scale rewards by running statistics (CleanRL's wrappers)"""
     bootstrap_truncation: bool = True
     """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
     seed: int = 1
@@ -95,6 +97,10 @@ class Args:
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+# the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
+# (ppo_continuous_action.py) for continuous ones, with which HalfCheetah learns in 1M steps (docs/method.md)
+DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
+            True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
 
 
 def variant_name(args: Args) -> str:
@@ -112,11 +118,19 @@ TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and
     "Freeway-MinAtar": ("MinAtar/Freeway-v1", dict(MINATAR, max_episode_steps=2500)),
     "Seaquest-MinAtar": ("MinAtar/Seaquest-v1", dict(MINATAR, max_episode_steps=1000)),
     "SpaceInvaders-MinAtar": ("MinAtar/SpaceInvaders-v1", dict(MINATAR, max_episode_steps=1000)),
+    "Pendulum-v1": ("Pendulum-v1", {}),
+    "MountainCarContinuous-v0": ("MountainCarContinuous-v0", {}),
+    # MuJoCo's tasks with flat observations: no Gymnax twin, each runs as itself
+    "HalfCheetah-v5": ("HalfCheetah-v5", {}),
+    "Hopper-v5": ("Hopper-v5", {}),
+    "Walker2d-v5": ("Walker2d-v5", {}),
 }
 VECTORIZATIONS = {  # each way to step the envs, and the twins it offers
-    "sync": tuple(TWINS),  # Gymnasium's SyncVectorEnv: one env after another (AsyncVectorEnv's processes cost more on 2 cores)
+    "sync": tuple(TWINS),  # Gymnasium's SyncVectorEnv: one env after another
+    "async": tuple(TWINS),  # Gymnasium's AsyncVectorEnv: a worker process per env, for expensive envs
     "vector": ("CartPole-v1",),  # Gymnasium's NumPy-vectorized envs: one array operation for all of them
-    "envpool": ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"),  # EnvPool's C++ envs (its MinAtar has none)
+    "envpool": ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0",
+                "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"),  # EnvPool's C++ envs (its MinAtar has none)
 }
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 
@@ -128,8 +142,8 @@ def fail(message: str):
 
 
 def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
-    """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Only the sync vector env can
-    reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
+    """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Gymnasium's sync and async vector
+    envs reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
     if env_id not in TWINS:
         fail(f"env_id {env_id!r} has no CPU twin here; supported: {', '.join(TWINS)}")
     if env_id not in VECTORIZATIONS[vectorization]:
@@ -143,15 +157,63 @@ def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int 
         register_minatar_envs()
     if vectorization == "vector":
         return gym.make_vec(twin, num_envs, vectorization_mode="vector_entry_point", **kwargs)
-    # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep
-    return gym.make_vec(twin, num_envs, vectorization_mode="sync", **kwargs,
+    # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep; the
+    # async workers are forked before any framework starts its threads (main makes the envs first)
+    return gym.make_vec(twin, num_envs, vectorization_mode=vectorization, **kwargs,
                         vector_kwargs={"autoreset_mode": SAME_STEP, "copy": False})
+
+
+def continuous(envs) -> bool:
+    return isinstance(envs.single_action_space, gym.spaces.Box)
+
+
+def normalizes(args: Args, envs) -> bool:
+    return args.normalize and continuous(envs)
+
+
+class Running(NamedTuple):
+    """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch."""
+    mean: np.ndarray
+    var: np.ndarray
+    count: float
+
+    def update(self, x):
+        delta, n = x.mean(0) - self.mean, x.shape[0]
+        total = self.count + n
+        var = (self.var * self.count + x.var(0) * n + delta**2 * self.count * n / total) / total
+        return Running(self.mean + delta * n / total, var, total)
+
+
+class Normalizer(NamedTuple):
+    """CleanRL's NormalizeObservation and NormalizeReward (each clipped to +-10), over every env at once."""
+    obs: Running
+    reward: Running  # of the discounted returns, whose standard deviation scales the reward
+    discounted: np.ndarray  # each env's discounted return so far
+
+    @classmethod
+    def start(cls, obs_dim, num_envs, saved: dict | None = None):
+        """Fresh statistics (mean 0, variance 1, count 1e-4, as Gymnasium's), or those a model was saved with."""
+        fresh = {"obs": Running(np.zeros(obs_dim), np.ones(obs_dim), 1e-4), "reward": Running(np.zeros(()), np.ones(()), 1e-4)}
+        stats = {k: Running(*(np.asarray(saved[k][f], np.float64) for f in Running._fields)) for k in fresh} if saved else fresh
+        return cls(stats["obs"], stats["reward"], np.zeros(num_envs))
+
+    def observe(self, obs, learn=True):
+        """The statistics take the observations in first, then scale them; learn=False: frozen."""
+        stats = self.obs.update(obs) if learn else self.obs
+        return self._replace(obs=stats), np.clip((obs - stats.mean) / np.sqrt(stats.var + 1e-8), -10, 10).astype(np.float32)
+
+    def scale(self, reward, terminated, gamma):
+        discounted = np.where(terminated, 0.0, self.discounted * gamma) + reward  # cut by a termination only, as Gymnasium's
+        stats = self.reward.update(discounted)
+        return (self._replace(reward=stats, discounted=discounted),
+                np.clip(reward / np.sqrt(stats.var + 1e-8), -10, 10).astype(np.float32))
 
 
 class EnvState(NamedTuple):
     episode_return: np.ndarray
     episode_length: np.ndarray
     resetting: np.ndarray  # next-step autoreset: the envs whose next step is a reset, not a transition
+    norm: Normalizer | None  # None: raw observations and rewards
 
 
 class EnvStep(NamedTuple):
@@ -169,17 +231,22 @@ def flatten_obs(obs, num_envs):
     return obs.reshape(num_envs, -1).astype(np.float32)  # MinAtar grids -> vectors (a copy)
 
 
-def env_reset(envs, seed):
+def env_reset(envs, seed, norm: Normalizer | None = None, learn=True):
     seeded = "seed" in getattr(envs, "config", {})  # EnvPool's envs were seeded by make_env
     obs, _ = envs.reset() if seeded else envs.reset(seed=seed)  # env i is seeded with seed + i
-    zeros = np.zeros(envs.num_envs, np.float32)
-    return flatten_obs(obs, envs.num_envs), EnvState(zeros, zeros, np.zeros(envs.num_envs, bool))
+    zeros, obs = np.zeros(envs.num_envs, np.float32), flatten_obs(obs, envs.num_envs)
+    if norm is not None:
+        norm, obs = norm.observe(obs, learn)
+    return obs, EnvState(zeros, zeros, np.zeros(envs.num_envs, bool), norm)
 
 
-def env_step(envs, state: EnvState, action):
-    """Steps every env and keeps the episode statistics, on the host. A same-step autoreset hands
-    the final observations over in info; a next-step one returns them as the observation and
-    spends the env's next step on the reset, which the batch then masks out."""
+def env_step(envs, state: EnvState, action, gamma=None):
+    """Steps every env and keeps the episode statistics (of the raw rewards), on the host. A same-step
+    autoreset hands the final observations over in info; a next-step one returns them as the observation
+    and spends the env's next step on the reset, which the batch then masks out. gamma: the discount of
+    the returns that scale the rewards; None: the statistics stay frozen."""
+    if continuous(envs):  # the env gets the sampled action clipped to its bounds
+        action = np.clip(action, envs.single_action_space.low, envs.single_action_space.high)
     obs, reward, terminated, truncated, info = envs.step(action)
     obs, reward, done = flatten_obs(obs, envs.num_envs), reward.astype(np.float32), terminated | truncated
     bootstrap = truncated & ~terminated  # only these need the value of their final observation
@@ -191,9 +258,15 @@ def env_step(envs, state: EnvState, action):
     valid = (~state.resetting).astype(np.float32)
     episode_return = state.episode_return + reward  # a reset step's reward is 0
     episode_length = state.episode_length + valid
+    norm = state.norm  # (a next-step autoreset's reset step joins the statistics, as in Gymnasium's wrappers)
+    if norm is not None:
+        norm, obs = norm.observe(obs, learn=gamma is not None)
+        final_obs = norm.observe(final_obs, learn=False)[1]  # scaled as this step's observations, not learned from
+        if gamma is not None:
+            norm, reward = norm.scale(reward, terminated, gamma)
     step = EnvStep(obs, reward, terminated, truncated, valid, final_obs,
                    np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
-    state = EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting)
+    state = EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting, norm)
     return state, step
 
 
@@ -213,25 +286,58 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_scale: float) ->
 
 
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs with tanh; returns (logits, value)."""
+    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
+    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int):
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, continuous: bool):
         super().__init__()
         self.actor = mlp(obs_dim, hidden, num_actions, 0.01)
         self.critic = mlp(obs_dim, hidden, 1, 1.0)
+        self.actor_logstd = nn.Parameter(torch.zeros(num_actions)) if continuous else None  # state-independent
 
     def forward(self, obs):
-        return self.actor(obs), self.critic(obs)[..., 0]
+        return self.policy(obs), self.value(obs)
 
-    def logits(self, obs):
-        return self.actor(obs)
+    def policy(self, obs):
+        return self.head(self.actor(obs))
+
+    def head(self, out):
+        """The policy from the actor's output: (logits, None), or (mean, log-std) broadcast to the mean's shape."""
+        return out, None if self.actor_logstd is None else self.actor_logstd.expand_as(out)
 
     def value(self, obs):
         return self.critic(obs)[..., 0]
 
 
-def make_agent(obs_dim, num_actions, args: Args, device):
-    agent = ActorCritic(obs_dim, MODELS[args.model], num_actions).to(device)
+def noise(shape, continuous: bool, device):
+    """A rollout's sampling noise in one op: standard normal for a Gaussian, Gumbel for logits."""
+    return torch.randn(shape, device=device) if continuous else -torch.empty(shape, device=device).exponential_().log()
+
+
+def sample(policy, noise):
+    """An action from the policy and its noise: Gumbel-max for logits (as jax.random.categorical: no
+    multinomial, no validation sync), mean + std * noise for a Gaussian, not clipped (env_step clips)."""
+    out, logstd = policy
+    return torch.argmax(out + noise, dim=-1).int() if logstd is None else out + logstd.exp() * noise
+
+
+def greedy(policy):
+    out, logstd = policy
+    return out.argmax(-1).int() if logstd is None else out
+
+
+def logprob_entropy(policy, actions):
+    """Each action's log-probability and the policy's entropy (a Gaussian's: summed over action dimensions)."""
+    out, logstd = policy
+    if logstd is None:
+        logp = torch.log_softmax(out, -1)
+        return logp.gather(-1, actions[..., None].long())[..., 0], -(logp.exp() * logp).sum(-1)
+    normal = torch.distributions.Normal(out, logstd.exp(), validate_args=False)  # validation would sync
+    return normal.log_prob(actions).sum(-1), normal.entropy().sum(-1)
+
+
+def make_agent(obs_dim, num_actions, continuous: bool, args: Args, device):
+    agent = ActorCritic(obs_dim, MODELS[args.model], num_actions, continuous).to(device)
     # fused: one kernel for all parameters instead of a loop over them
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, betas=args.adam_betas,
                                  eps=args.adam_eps, fused=True)
@@ -241,16 +347,21 @@ def make_agent(obs_dim, num_actions, args: Args, device):
 MODEL_FILE, SAVED_BY = "model.pt", "ppo_torch_gymnasium.py"  # only this script loads what it saved
 
 
-def save_model(run_dir: str, agent: ActorCritic, optimizer, args: Args) -> str:
-    """The actor-critic's weights and the optimizer's state, which a later run can start from."""
-    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
-    torch.save({"meta": meta, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()},
-               os.path.join(run_dir, MODEL_FILE))
+def save_model(run_dir: str, agent: ActorCritic, optimizer, norm: Normalizer | None, args: Args) -> str:
+    """The actor-critic's weights, the optimizer's state and the normalization's statistics (as tensors),
+    which a later run can start from (and an evaluation needs)."""
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id, "normalize": norm is not None}
+    saved = {"meta": meta, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()}
+    if norm is not None:
+        saved["normalizer"] = {part: {f: torch.as_tensor(np.asarray(v)) for f, v in getattr(norm, part)._asdict().items()}
+                               for part in ("obs", "reward")}
+    torch.save(saved, os.path.join(run_dir, MODEL_FILE))
     return MODEL_FILE
 
 
-def read_model(path: str, args: Args) -> dict:
-    """The state dicts a model was saved with, or exit 2 saying why this run cannot start from it."""
+def read_model(path: str, args: Args, normalize: bool = False) -> dict:
+    """The state dicts a model was saved with (and its normalizer's statistics), or exit 2 saying why this
+    run cannot start from it. normalize: whether this run normalizes."""
     path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only
@@ -259,8 +370,9 @@ def read_model(path: str, args: Args) -> dict:
         fail(f"--load-model {path}: {e.strerror}")
     except Exception:  # truncated, or not a saved model: the reader raises many kinds
         fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
-    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
-        if meta.get(key) != this_run:
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id),
+                          ("normalize", normalize)):
+        if meta.get(key, False) != this_run:
             fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
     return saved
 
@@ -295,28 +407,28 @@ def stack_steps(steps: list[EnvStep], device) -> EnvStep:
     return EnvStep(*(torch.from_numpy(join(name, x)).to(device) for name, x in zip(EnvStep._fields, zip(*steps))))
 
 
-def act(agent: ActorCritic, obs, gumbel):
-    """Gumbel-max sampling, as jax.random.categorical: no multinomial, no validation sync."""
-    logits = agent.logits(obs)  # acting needs only the actor
-    return torch.argmax(logits + gumbel, dim=-1).int(), logits
+def act(agent: ActorCritic, obs, noise):
+    """An action and the actor's output."""
+    policy = agent.policy(obs)  # acting needs only the actor
+    return sample(policy, noise), policy[0]
 
 
 @torch.no_grad()
 def rollout(agent: ActorCritic, runner: Runner, envs, args: Args):
     """num_steps steps of every env, then GAE: the batch to learn from."""
     env_state, obs = runner
-    num_actions = agent.actor[-1].out_features  # the Gumbel noise of the whole rollout in one op
-    gumbel = -torch.empty((args.num_steps, args.num_envs, num_actions), device=obs.device).exponential_().log()
-    observations, actions, all_logits, steps = [], [], [], []
+    shape = (args.num_steps, args.num_envs, agent.actor[-1].out_features)  # the whole rollout's noise in one op
+    noises = noise(shape, agent.actor_logstd is not None, obs.device)
+    observations, actions, outputs, steps = [], [], [], []
     for t in range(args.num_steps):
-        action, logits = act(agent, obs, gumbel[t])
-        env_state, out = env_step(envs, env_state, action.cpu().numpy())  # the env steps on the host
-        observations.append(obs), actions.append(action), all_logits.append(logits), steps.append(out)
+        action, output = act(agent, obs, noises[t])
+        env_state, out = env_step(envs, env_state, action.cpu().numpy(), args.gamma)  # the env steps on the host
+        observations.append(obs), actions.append(action), outputs.append(output), steps.append(out)
         obs = torch.from_numpy(out.obs).to(obs.device)
     out = stack_steps(steps, obs.device)
-    obs_t, actions, logits = torch.stack(observations), torch.stack(actions), torch.stack(all_logits)
+    obs_t, actions, outputs = torch.stack(observations), torch.stack(actions), torch.stack(outputs)
     # the parameters are fixed during the rollout: values and log-probs in one batched pass each
-    logprobs = torch.log_softmax(logits, -1).gather(-1, actions[..., None].long())[..., 0]
+    logprobs = logprob_entropy(agent.head(outputs), actions)[0]
     values = agent.value(obs_t)
     last_value = agent.value(obs)
     final_values = None
@@ -338,15 +450,16 @@ def rollout(agent: ActorCritic, runner: Runner, envs, args: Args):
     return Runner(env_state, obs), batch, stats
 
 
-def evaluate(agent: ActorCritic, args: Args, num_episodes: int, seed: int) -> np.ndarray:
-    """One episode on each of num_episodes fresh envs with the greedy policy: their returns."""
+def evaluate(agent: ActorCritic, norm: Normalizer | None, args: Args, num_episodes: int, seed: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs with the greedy policy (observations normalized
+    by training's final statistics, frozen): their returns."""
     envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
-    obs, env_state = env_reset(envs, seed)
+    obs, env_state = env_reset(envs, seed, norm, learn=False)
     device = next(agent.parameters()).device
     returns, done = np.zeros(num_episodes), np.zeros(num_episodes, bool)
     while not done.all():
         with torch.no_grad():
-            action = agent.logits(torch.from_numpy(obs).to(device)).argmax(-1)
+            action = greedy(agent.policy(torch.from_numpy(obs).to(device)))
         env_state, out = env_step(envs, env_state, action.cpu().numpy())
         ended = (out.terminated | out.truncated) & ~done  # each env's first episode only
         returns[ended] = out.episode_return[ended]
@@ -383,13 +496,12 @@ def compute_gae(values, rewards, terminated, truncated, last_value, final_values
 
 # %% loss and update
 def ppo_loss(agent: ActorCritic, mb: Batch, args: Args):
-    logits, value = agent(mb.obs)
+    policy, value = agent(mb.obs)
     # every mean is over the transitions: a reset step (next-step autoreset) weighs nothing
     weight = mb.valid / mb.valid.sum().clamp(min=1)
     mean = lambda x: (x * weight).sum()
-    logp = torch.log_softmax(logits, -1)
-    logprob = logp.gather(-1, mb.actions[:, None].long())[:, 0]
-    entropy = mean(-(logp.exp() * logp).sum(-1))
+    logprob, entropy = logprob_entropy(policy, mb.actions)
+    entropy = mean(entropy)
     logratio = logprob - mb.logprobs
     ratio = logratio.exp()
     # population std, as jnp.std
@@ -567,8 +679,11 @@ class RunLog:
 def train(args: Args, envs, log: RunLog, saved: dict | None = None):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; the same seed seeds the environments
     device = torch_device()
-    obs, env_state = env_reset(envs, args.seed)
-    agent, optimizer = make_agent(obs.shape[1], envs.single_action_space.n, args, device)
+    obs_dim, space = math.prod(envs.single_observation_space.shape), envs.single_action_space
+    norm = Normalizer.start(obs_dim, args.num_envs, saved.get("normalizer") if saved else None) if normalizes(args, envs) else None
+    obs, env_state = env_reset(envs, args.seed, norm)
+    num_actions = space.shape[0] if continuous(envs) else space.n  # a Gaussian's dimensions, or logits
+    agent, optimizer = make_agent(obs_dim, num_actions, continuous(envs), args, device)
     if saved is not None:
         restore(agent, optimizer, saved)
     runner = Runner(env_state, torch.from_numpy(obs).to(device))
@@ -593,7 +708,7 @@ def train(args: Args, envs, log: RunLog, saved: dict | None = None):
             if args.sync_timing:
                 times.update(rollout=t1 - t0, update=t2 - t1)
             progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
-    return agent, optimizer
+    return agent, optimizer, runner.env_state.norm
 
 
 # %% main
@@ -609,14 +724,20 @@ RANGES = {  # every numeric argument's valid values, checked before anything is 
 
 def check_args(args: Args):
     for expected, (names, valid) in RANGES.items():
-        for name in names:
-            if not valid(getattr(args, name)):
+        for name in names:  # (None: the action space's default, set by with_defaults)
+            if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
     if not all(0 <= beta < 1 for beta in args.adam_betas):
         fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
+
+
+def with_defaults(args: Args, continuous_actions: bool) -> Args:
+    """Each value left unset takes its action space's default (run.json records what ran)."""
+    args = replace(args, **{k: v for k, v in DEFAULTS[continuous_actions].items() if getattr(args, k) is None})
     if (args.num_envs * args.num_steps) % args.num_minibatches:
         fail(f"num_minibatches={args.num_minibatches} must divide the batch "
              f"num_envs*num_steps={args.num_envs * args.num_steps}")
+    return args
 
 
 def set_matmul_precision(precision: str) -> dict:
@@ -629,8 +750,9 @@ def main():
     args = tyro.cli(Args)
     check_args(args)
     envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
+    args = with_defaults(args, continuous(envs))
     # a model this run cannot start from is refused before anything is written
-    saved = read_model(args.load_model, args) if args.load_model else None
+    saved = read_model(args.load_model, args, normalizes(args, envs)) if args.load_model else None
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     device = torch_device()
@@ -641,12 +763,12 @@ def main():
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)
     try:
-        agent, optimizer = train(args, envs, log, saved)
+        agent, optimizer, norm = train(args, envs, log, saved)
         summary = log.summary()  # the timed part ends here: saving and evaluating come after it
-        summary["saved_model"] = save_model(run_dir, agent, optimizer, args) if args.save_model else None
+        summary["saved_model"] = save_model(run_dir, agent, optimizer, norm, args) if args.save_model else None
         returns = []
         if args.eval_episodes:  # fresh envs, seeded after the training envs' seeds
-            returns = evaluate(agent, args, args.eval_episodes, args.seed + args.num_envs)
+            returns = evaluate(agent, norm, args, args.eval_episodes, args.seed + args.num_envs)
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()

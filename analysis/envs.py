@@ -82,6 +82,6 @@ def env_times(out: Path, env_ids, num_envs=32, steps=2000, force=False) -> dict[
 
 
 def complexity(times: dict[str, float]) -> dict[str, float]:
-    fastest = min(times.values())
+    fastest = min(times.values(), default=1.0)
     return {e: t / fastest for e, t in times.items()}
 

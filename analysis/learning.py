@@ -11,7 +11,7 @@ from .output import color, variant_order
 from .stats import ALPHA, EQUIVALENCE_MARGIN, MODELS, tost_p, welch_p
 
 
-def plot_learning_curves(runs, against: str, out):
+def plot_learning_curves(runs, against: str, out, name: str | None = None, caption: str | None = None):
     """Episodic return against env steps or wall time: mean and min..max over repeats, per env."""
     import matplotlib.pyplot as plt
 
@@ -41,10 +41,10 @@ def plot_learning_curves(runs, against: str, out):
         ax.axis("off")
     fig.suptitle(f"Return against {against}: small model, mean and min..max over runs")
     fig.tight_layout()
-    name = "learning_curves.png" if against == "steps" else "learning_curves_time.png"
-    caption = ("Return against env steps: the curves of one env should lie on top of each other, since every "
-               "variant runs the same algorithm." if against == "steps" else
-               "Return against wall time: the same learning, reached sooner by the faster variants.")
+    name = name or ("learning_curves.png" if against == "steps" else "learning_curves_time.png")
+    caption = caption or ("Return against env steps: the curves of one env should lie on top of each other, since "
+                          "every variant runs the same algorithm." if against == "steps" else
+                          "Return against wall time: the same learning, reached sooner by the faster variants.")
     out.chart(fig, name, caption, dpi=100)
 
 

@@ -18,7 +18,7 @@ VARIANT_COLORS = {
     "torch_compile-reduce-overhead": "#e377c2", "torch_compile-max-autotune": "#f7b6d2",
     "torch_gymnasium": "#17becf", "torch_gymnasium-vector": "#0e7c86", "torch_gymnasium-envpool": "#9edae5",
     "linen_gymnasium": "#bcbd22", "linen_gymnasium-vector": "#7f7f0f", "linen_gymnasium-envpool": "#e7e78a",
-    "linen_gymnasium-nojit": "#dbdb8d",
+    "linen_gymnasium-nojit": "#dbdb8d", "torch_gymnasium-async": "#5f9ea0", "linen_gymnasium-async": "#a0a01a",
     # N agents in one process: the colour of the single-agent script they batch
     "linen_agents": "#1f77b4", "nnx_agents": "#ff7f0e", "torch_agents": "#9467bd", "torch_agents_compile": "#8c564b",
 }

@@ -12,12 +12,18 @@ from helpers import load
 from reference import NETS
 
 
-def jitted_reset(m, env, env_params, num_envs):
+def jitted_reset(m, env, env_params, args):
     """A Gymnax script's env_reset, jitted as the script jits it (Craftax's state holds a key,
-    which only a traced env_reset can cast)."""
+    which only a traced env_reset can cast), with fresh normalization statistics where the
+    script's training starts them."""
+    import math
+
     import jax
 
-    return jax.jit(partial(m.env_reset, env=env, env_params=env_params, num_envs=num_envs))
+    norm = None
+    if m.normalizes(args, env, env_params):
+        norm = m.Normalizer.start(math.prod(env.observation_space(env_params).shape), args.num_envs)
+    return jax.jit(partial(m.env_reset, env=env, env_params=env_params, num_envs=args.num_envs, norm=norm))
 
 
 class Adapter:
@@ -25,6 +31,8 @@ class Adapter:
 
     def __init__(self, script, weights, args):
         self.m, self.args, self.hidden = self.module(script), args, len(weights["actor"]) - 1
+        self.obs_dim, self.num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        self.continuous = "actor_logstd" in weights  # the Gaussian head: num_actions are its dimensions
         self.setup(weights)
 
     @staticmethod
@@ -127,18 +135,23 @@ class Linen(Adapter):
 
         self.jax, self.jnp = jax, jnp
         params = {"params": {net: {f"Dense_{i}": {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
-                                   for i, (k, b) in enumerate(layers)} for net, layers in weights.items()}}
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        self.state = self.m.make_train_state(jax.random.key(0), obs_dim, num_actions, self.args).replace(params=params)
+                                   for i, (k, b) in enumerate(weights[net])} for net in NETS}}
+        if self.continuous:
+            params["params"]["actor_logstd"] = jnp.asarray(weights["actor_logstd"])
+        self.state = self.m.make_train_state(jax.random.key(0), self.obs_dim, self.num_actions, self.continuous,
+                                             self.args).replace(params=params)
 
     def batch(self, mb):
-        return self.m.Batch(**{k: self.jnp.asarray(v, self.jnp.int32 if k == "actions" else self.jnp.float32)
+        return self.m.Batch(**{k: self.jnp.asarray(v, self.jnp.int32 if v.dtype.kind in "iu" else self.jnp.float32)
                                for k, v in self.with_valid(mb).items()})
 
     def canonical(self, params):
-        return {net: [(np.asarray(params["params"][net][f"Dense_{i}"]["kernel"]),
-                       np.asarray(params["params"][net][f"Dense_{i}"]["bias"])) for i in range(self.hidden + 1)]
-                for net in NETS}
+        out = {net: [(np.asarray(params["params"][net][f"Dense_{i}"]["kernel"]),
+                      np.asarray(params["params"][net][f"Dense_{i}"]["bias"])) for i in range(self.hidden + 1)]
+               for net in NETS}
+        if "actor_logstd" in params["params"]:
+            out["actor_logstd"] = np.asarray(params["params"]["actor_logstd"])
+        return out
 
     def loss_and_grads(self, mb):
         grad_fn = self.jax.value_and_grad(self.m.ppo_loss, has_aux=True)
@@ -161,14 +174,15 @@ class Linen(Adapter):
         return self.state
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.state, self.args)
+        return self.m.save_model(str(run_dir), self.state, None, self.args)
 
     def load(self, path):
         self.state = self.m.restore(self.state, self.m.read_model(str(path), self.args))
 
     def logits(self, obs):
-        logits = self.state.apply_fn(self.state.params, self.jnp.asarray(obs), method=self.m.ActorCritic.logits)
-        return np.asarray(logits)
+        """The actor's output: logits, or a Gaussian's mean."""
+        policy = self.state.apply_fn(self.state.params, self.jnp.asarray(obs), method=self.m.ActorCritic.policy)
+        return np.asarray(policy[0])
 
     def weights(self):
         return self.canonical(self.state.params)
@@ -177,7 +191,7 @@ class Linen(Adapter):
         return self.state.opt_state
 
     def run_rollout(self, env, env_params, env_key, runner_key, calls):
-        obs, env_state = jitted_reset(self.m, env, env_params, self.args.num_envs)(env_key)
+        obs, env_state = jitted_reset(self.m, env, env_params, self.args)(env_key)
         runner = self.m.Runner(runner_key, env_state, obs)
         rollout = self.jitted_rollout(env, env_params)
         results = []
@@ -213,17 +227,21 @@ class NNX(Linen):
 
     def make_model(self, weights, key):
         """The script's make_model, its layers then set to the canonical weights."""
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        model, optimizer = self.m.make_model(key, obs_dim, num_actions, self.args)
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
+        model, optimizer = self.m.make_model(key, self.obs_dim, self.num_actions, self.continuous, self.args)
+        for net in NETS:
+            for i, (kernel, bias) in enumerate(weights[net]):
                 layer = getattr(model, net).layers[i]
                 layer.kernel[...], layer.bias[...] = self.jnp.asarray(kernel), self.jnp.asarray(bias)
+        if self.continuous:
+            model.actor_logstd[...] = self.jnp.asarray(weights["actor_logstd"])
         return model, optimizer
 
     def canonical(self, tree):
-        return {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
-                      for i in range(self.hidden + 1)] for net in NETS}
+        out = {net: [(np.asarray(tree[net]["layers"][i]["kernel"][...]), np.asarray(tree[net]["layers"][i]["bias"][...]))
+                     for i in range(self.hidden + 1)] for net in NETS}
+        if "actor_logstd" in tree and tree["actor_logstd"] is not None:
+            out["actor_logstd"] = np.asarray(tree["actor_logstd"][...])
+        return out
 
     def loss_and_grads(self, mb):
         grad_fn = self.nnx.value_and_grad(self.m.ppo_loss, has_aux=True)
@@ -245,13 +263,13 @@ class NNX(Linen):
         return self.model
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.model, self.optimizer, self.args)
+        return self.m.save_model(str(run_dir), self.model, self.optimizer, None, self.args)
 
     def load(self, path):
         self.m.restore(self.model, self.optimizer, self.m.read_model(str(path), self.args))
 
     def logits(self, obs):
-        return np.asarray(self.model.logits(self.jnp.asarray(obs)))
+        return np.asarray(self.model.policy(self.jnp.asarray(obs))[0])
 
     def weights(self):
         return self.canonical(self.nnx.state(self.model))
@@ -269,17 +287,22 @@ class Equinox(NNX):
         import jax.numpy as jnp
 
         self.jax, self.jnp, self.eqx = jax, jnp, eqx
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), obs_dim, num_actions, self.args)
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
+        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), self.obs_dim, self.num_actions,
+                                                           self.continuous, self.args)
+        for net in NETS:
+            for i, (kernel, bias) in enumerate(weights[net]):
                 model = eqx.tree_at(lambda m: (getattr(m, net).layers[i].weight, getattr(m, net).layers[i].bias),
                                     model, (jnp.asarray(kernel.T), jnp.asarray(bias)))
+        if self.continuous:
+            model = eqx.tree_at(lambda m: m.actor_logstd, model, jnp.asarray(weights["actor_logstd"]))
         self.model = model
 
     def canonical(self, tree):
-        return {net: [(np.asarray(getattr(tree, net).layers[i].weight).T, np.asarray(getattr(tree, net).layers[i].bias))
-                      for i in range(self.hidden + 1)] for net in NETS}
+        out = {net: [(np.asarray(getattr(tree, net).layers[i].weight).T, np.asarray(getattr(tree, net).layers[i].bias))
+                     for i in range(self.hidden + 1)] for net in NETS}
+        if tree.actor_logstd is not None:
+            out["actor_logstd"] = np.asarray(tree.actor_logstd)
+        return out
 
     def loss_and_grads(self, mb):
         grad_fn = self.eqx.filter_value_and_grad(self.m.ppo_loss, has_aux=True)
@@ -298,7 +321,7 @@ class Equinox(NNX):
         return self.canonical(self.model), float(used), float(stats["learning_rate"])
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.model, self.opt_state, self.args)
+        return self.m.save_model(str(run_dir), self.model, self.opt_state, None, self.args)
 
     def load(self, path):  # Equinox reads the leaves into this run's structure, which the env's shapes fix
         saved = self.m.read_model(str(path), self.args, *self.m.make_env(self.args.env_id))
@@ -316,19 +339,24 @@ class Torch(Adapter):
         import torch
 
         self.torch = torch
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-        self.agent, self.optimizer = self.m.make_agent(obs_dim, num_actions, self.args, torch.device("cpu"))
-        self.agent.load_state_dict({f"{net}.{2 * i}.{name}": torch.tensor(k.T.copy() if name == "weight" else b)
-                                    for net, layers in weights.items() for i, (k, b) in enumerate(layers)
-                                    for name in ("weight", "bias")})
+        self.agent, self.optimizer = self.m.make_agent(self.obs_dim, self.num_actions, self.continuous, self.args,
+                                                       torch.device("cpu"))
+        state = {f"{net}.{2 * i}.{name}": torch.tensor(k.T.copy() if name == "weight" else b)
+                 for net in NETS for i, (k, b) in enumerate(weights[net]) for name in ("weight", "bias")}
+        if self.continuous:
+            state["actor_logstd"] = torch.tensor(weights["actor_logstd"])
+        self.agent.load_state_dict(state)
 
     def batch(self, mb):
-        dtype = lambda k: self.torch.int32 if k == "actions" else self.torch.float32
-        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(k)) for k, v in self.with_valid(mb).items()})
+        dtype = lambda v: self.torch.int32 if v.dtype.kind in "iu" else self.torch.float32
+        return self.m.Batch(**{k: self.torch.tensor(v, dtype=dtype(v)) for k, v in self.with_valid(mb).items()})
 
     def canonical(self, tensor_of):
-        return {net: [(tensor_of(f"{net}.{2 * i}.weight").T.numpy(), tensor_of(f"{net}.{2 * i}.bias").numpy())
-                      for i in range(self.hidden + 1)] for net in NETS}
+        out = {net: [(tensor_of(f"{net}.{2 * i}.weight").T.numpy(), tensor_of(f"{net}.{2 * i}.bias").numpy())
+                     for i in range(self.hidden + 1)] for net in NETS}
+        if self.continuous:
+            out["actor_logstd"] = tensor_of("actor_logstd").numpy()
+        return out
 
     def weights(self):
         params = dict(self.agent.named_parameters())
@@ -345,7 +373,9 @@ class Torch(Adapter):
         self.agent.zero_grad()
         loss.backward()
         params = dict(self.agent.named_parameters())
-        grads = self.canonical(lambda name: params[name].grad.detach())
+        # a parameter the loss does not reach has no gradient: zero, which the comparison then names
+        grads = self.canonical(lambda name: self.torch.zeros_like(params[name]) if params[name].grad is None
+                               else params[name].grad.detach())
         self.agent.zero_grad()
         return float(loss.detach()), {k: float(v.detach()) for k, v in stats.items()}, grads
 
@@ -356,14 +386,14 @@ class Torch(Adapter):
         return self.weights(), used, used  # the scripts log this same value
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.agent, self.optimizer, self.args)
+        return self.m.save_model(str(run_dir), self.agent, self.optimizer, None, self.args)
 
     def load(self, path):
         self.m.restore(self.agent, self.optimizer, self.m.read_model(str(path), self.args))
 
     def logits(self, obs):
         with self.torch.no_grad():
-            return self.agent.logits(self.torch.tensor(obs)).numpy()
+            return self.agent.policy(self.torch.tensor(obs))[0].numpy()
 
     @contextlib.contextmanager
     def drawn_permutations(self):
@@ -387,9 +417,10 @@ class Torch(Adapter):
     def run_rollout(self, env, env_params, env_key, runner_key, calls):
         import jax
 
-        obs, env_state = jitted_reset(self.m, env, env_params, self.args.num_envs)(env_key)
+        obs, env_state = jitted_reset(self.m, env, env_params, self.args)(env_key)
         runner = self.m.Runner(env_state, self.torch.from_dlpack(obs))
-        env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs))
+        env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs,
+                                      gamma=self.args.gamma))
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
         results = []
         for _ in range(calls):
@@ -514,11 +545,12 @@ class TorchAgents(Torch):
         import torch
 
         self.torch = torch
-        obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
         self.model, self.params, self.optimizer, self.generators = self.m.make_agents(
-            obs_dim, num_actions, self.args, torch.device("cpu"))
-        for net, layers in weights.items():
-            for i, (kernel, bias) in enumerate(layers):
+            self.obs_dim, self.num_actions, self.continuous, self.args, torch.device("cpu"))
+        if self.continuous:
+            self.params["actor_logstd"][:] = torch.tensor(weights["actor_logstd"])
+        for net in NETS:
+            for i, (kernel, bias) in enumerate(weights[net]):
                 self.params[net][f"{2 * i}.weight"][:] = torch.tensor(kernel.T.copy())
                 self.params[net][f"{2 * i}.bias"][:] = torch.tensor(bias)
 
@@ -529,7 +561,7 @@ class TorchAgents(Torch):
         return [self.canonical(tensor_of(a)) for a in range(self.args.num_agents)]
 
     def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.params, self.optimizer, self.args)
+        return self.m.save_model(str(run_dir), self.params, self.optimizer, None, self.args)
 
     def load(self, path):
         self.m.restore(self.params, self.optimizer, self.m.read_model(str(path), self.args))

@@ -14,6 +14,7 @@ GYMNASIUM_SCRIPTS = [s for s in SCRIPTS if s.endswith("_gymnasium.py")]  # their
 GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]  # JAX envs: Gymnax and Craftax
 AGENT_SCRIPTS = [s for s in SCRIPTS if s.endswith("_agents.py")]  # N agents per process: tests/test_agents.py
 ONE_AGENT_SCRIPTS = [s for s in SCRIPTS if s not in AGENT_SCRIPTS]  # what the framework adapters load
+CONTINUOUS_SCRIPTS = ONE_AGENT_SCRIPTS  # the Gaussian head: every script (the agent scripts: tests/test_agents.py)
 
 
 def frameworks(script: str) -> set[str]:
@@ -101,6 +102,13 @@ def load(script: str, fresh: bool = False):
     return module
 
 
+def script_args(m, continuous=False, **changes):
+    """The script's own Args with these changes, each value left unset its action space's default."""
+    import dataclasses
+
+    return m.with_defaults(dataclasses.replace(m.Args(), **changes), continuous)
+
+
 def train_in_process(script: str, log_dir, watch=None, load_model=None, **changes):
     """Trains in this process, in a private copy of the script (training compiles torch's hot paths
     into its module), at the tiny size with these Args changes, from a saved model if given.
@@ -111,6 +119,7 @@ def train_in_process(script: str, log_dir, watch=None, load_model=None, **change
     m = load(script, fresh=True)
     args = m.Args(**{**TINY_ARGS, **changes}, log_dir=str(log_dir))
     env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
+    args = m.with_defaults(args, m.continuous(*env))
     saved = None
     if load_model:  # as main() reads it (Equinox's reader takes the env: its shapes make the model)
         saved = m.read_model(str(load_model), args, *(env if "env" in inspect.signature(m.read_model).parameters else ()))

@@ -1,6 +1,8 @@
-"""The independent reference every script is checked against: PPO's loss, its gradients
-(written out by hand), global-norm clipping, Adam, the linear schedule and GAE, in float64
-NumPy. Weights are {"actor" | "critic": [(kernel (in, out), bias), ...]}."""
+"""The independent reference every script is checked against: PPO's loss with either head (a
+categorical over logits, or CleanRL's Gaussian with a state-independent log-std), its gradients
+(written out by hand), global-norm clipping, Adam, the linear schedule, GAE and the running
+normalization of observations and rewards, in float64 NumPy. Weights are {"actor" | "critic":
+[(kernel (in, out), bias), ...]}, plus "actor_logstd": (action_dim,) for a continuous head."""
 
 from typing import NamedTuple
 
@@ -10,17 +12,21 @@ NETS = ("actor", "critic")
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 
 
-def random_weights(rng, obs_dim, hidden, num_actions) -> dict:
+def random_weights(rng, obs_dim, hidden, num_actions, continuous=False) -> dict:
+    """num_actions: the logits' count, or the action's dimensions (continuous)."""
     weights = {}
     for net, out in (("actor", num_actions), ("critic", 1)):
         sizes = (obs_dim, *hidden, out)
         weights[net] = [(rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32),
                          rng.normal(0, 0.1, o).astype(np.float32)) for i, o in zip(sizes, sizes[1:])]
+    if continuous:  # not the init's zeros: a log-std that is never read would show
+        weights["actor_logstd"] = rng.normal(0, 0.3, num_actions).astype(np.float32)
     return weights
 
 
 def flat(weights) -> np.ndarray:
-    return np.concatenate([a.ravel() for net in NETS for layer in weights[net] for a in layer])
+    logstd = [weights["actor_logstd"].ravel()] if "actor_logstd" in weights else []
+    return np.concatenate([a.ravel() for net in NETS for layer in weights[net] for a in layer] + logstd)
 
 
 def unflat(vector, like) -> dict:
@@ -32,6 +38,8 @@ def unflat(vector, like) -> dict:
             i += kernel.size
             out[net].append((k, vector[i:i + bias.size]))
             i += bias.size
+    if "actor_logstd" in like:
+        out["actor_logstd"] = vector[i:i + like["actor_logstd"].size]
     return out
 
 
@@ -60,7 +68,28 @@ def log_softmax(logits):
 
 
 def as64(weights):
-    return {k: [(a.astype(np.float64), b.astype(np.float64)) for a, b in v] for k, v in weights.items()}
+    return {k: v.astype(np.float64) if k == "actor_logstd" else [(a.astype(np.float64), b.astype(np.float64))
+                                                                 for a, b in v] for k, v in weights.items()}
+
+
+def categorical(logits, actions):
+    """Log-probabilities of the actions, the entropies, and both one's gradients by the logits."""
+    logp = log_softmax(logits)
+    p = np.exp(logp)
+    entropy = -(p * logp).sum(-1)
+    d_logprob = np.eye(logits.shape[1])[actions.astype(int)] - p
+    d_entropy = -p * (logp + entropy[:, None])  # dH/dz_j = -p_j (log p_j + H)
+    return logp[np.arange(len(actions)), actions.astype(int)], entropy, d_logprob, d_entropy
+
+
+def gaussian(mean, logstd, actions):
+    """The Gaussian head: log-probabilities of the (unclipped) actions and the entropies, summed
+    over action dimensions, and both one's gradients by the mean and by the log-std (per sample)."""
+    z = (actions - mean) / np.exp(logstd)
+    logprob = (-0.5 * z ** 2 - logstd - 0.5 * np.log(2 * np.pi)).sum(-1)
+    entropy = np.broadcast_to((0.5 + 0.5 * np.log(2 * np.pi) + logstd).sum(), len(actions))
+    d_mean, d_logstd = z / np.exp(logstd), z ** 2 - 1
+    return logprob, entropy, (d_mean, d_logstd), (np.zeros_like(mean), np.ones_like(mean))
 
 
 def loss_and_grads(weights, mb, args):
@@ -70,15 +99,16 @@ def loss_and_grads(weights, mb, args):
     logits, actor_inputs = forward(w["actor"], mb["obs"].astype(np.float64))
     value_out, critic_inputs = forward(w["critic"], mb["obs"].astype(np.float64))
     value = value_out[:, 0]
-    logp = log_softmax(logits)
-    p = np.exp(logp)
-    actions = mb["actions"].astype(int)
-    logratio = logp[np.arange(n), actions] - mb["logprobs"]
+    continuous = "actor_logstd" in w
+    if continuous:
+        logprob, entropy_each, d_logprob, d_entropy = gaussian(logits, w["actor_logstd"], mb["actions"])
+    else:
+        logprob, entropy_each, d_logprob, d_entropy = categorical(logits, mb["actions"])
+    logratio = logprob - mb["logprobs"]
     ratio = np.exp(logratio)
     adv = (mb["advantages"] - mb["advantages"].mean()) / (mb["advantages"].std() + 1e-8)
     unclipped, clipped = -adv * ratio, -adv * np.clip(ratio, 1 - c, 1 + c)
     pg_loss = np.maximum(unclipped, clipped).mean()
-    entropy_each = -(p * logp).sum(-1)
     v_clipped = mb["values"] + np.clip(value - mb["values"], -c, c)
     v_unclipped_loss, v_clipped_loss = (value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2
     if args.clip_vloss:
@@ -89,12 +119,16 @@ def loss_and_grads(weights, mb, args):
     stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_each.mean(),
              "approx_kl": ((ratio - 1) - logratio).mean(), "clipfrac": (np.abs(ratio - 1) > c).mean()}
 
-    # d loss / d logits: the surrogate through the branch max() takes (the clipped one is flat
-    # outside the clip range), and the entropy bonus (dH/dz_j = -p_j (log p_j + H))
+    # d loss / d log-prob: the surrogate through the branch max() takes (the clipped one is flat
+    # outside the clip range); then through the head to the actor's output (and the log-std),
+    # with the entropy bonus
     inside = (ratio > 1 - c) & (ratio < 1 + c)
-    d_ratio = np.where(unclipped >= clipped, -adv, -adv * inside) / n
-    d_logits = (d_ratio * ratio)[:, None] * (np.eye(logits.shape[1])[actions] - p)
-    d_logits += args.ent_coef / n * p * (logp + entropy_each[:, None])
+    d_logprob_each = (np.where(unclipped >= clipped, -adv, -adv * inside) / n * ratio)[:, None]
+    if continuous:
+        d_logits = d_logprob_each * d_logprob[0] - args.ent_coef / n * d_entropy[0]
+        d_logstd = (d_logprob_each * d_logprob[1] - args.ent_coef / n * d_entropy[1]).sum(0)
+    else:
+        d_logits = d_logprob_each * d_logprob - args.ent_coef / n * d_entropy
     # d loss / d value, through the value-loss branch max() takes
     if args.clip_vloss:
         inside_v = np.abs(value - mb["values"]) < c
@@ -105,6 +139,8 @@ def loss_and_grads(weights, mb, args):
     d_value *= args.vf_coef / n
     grads = {"actor": backward(w["actor"], actor_inputs, d_logits),
              "critic": backward(w["critic"], critic_inputs, d_value[:, None])}
+    if continuous:
+        grads["actor_logstd"] = d_logstd
     return loss, stats, grads
 
 
@@ -152,3 +188,39 @@ def gae(values, rewards, terminated, truncated, last_value, final_values, gamma,
         advantage = delta + gamma * lam * nonterminal * advantage
         advantages[t] = advantage
     return advantages, advantages + values
+
+
+class Running(NamedTuple):
+    """Gymnasium's RunningMeanStd: the mean and variance of everything seen, merged batch by batch
+    (Chan et al.'s parallel update), from a count of 1e-4 at mean 0, variance 1."""
+    mean: np.ndarray
+    var: np.ndarray
+    count: float
+
+    @classmethod
+    def start(cls, shape=()):
+        return cls(np.zeros(shape), np.ones(shape), 1e-4)
+
+    def update(self, x):
+        x = np.asarray(x, np.float64)
+        delta, n = x.mean(0) - self.mean, len(x)
+        total = self.count + n
+        var = (self.var * self.count + x.var(0) * n + delta ** 2 * self.count * n / total) / total
+        return Running(self.mean + delta * n / total, var, total)
+
+
+def normalize_obs(stats: Running, obs, update=True):
+    """CleanRL's NormalizeObservation then its clip to +-10: the statistics take the observations
+    in first (every env's, as one batch), then scale them. update=False: a final observation,
+    scaled by the statistics without joining them."""
+    stats = stats.update(obs) if update else stats
+    return stats, np.clip((obs - stats.mean) / np.sqrt(stats.var + 1e-8), -10, 10)
+
+
+def scale_reward(stats: Running, discounted, reward, terminated, gamma):
+    """CleanRL's NormalizeReward then its clip to +-10: each env's discounted return (cut only by a
+    termination, as Gymnasium's wrapper does) joins the statistics, and the reward is divided by
+    their standard deviation."""
+    discounted = discounted * gamma * (1 - terminated) + reward
+    stats = stats.update(discounted)
+    return stats, discounted, np.clip(reward / np.sqrt(stats.var + 1e-8), -10, 10)

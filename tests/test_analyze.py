@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from analysis import agents, cpuenv, docs, expensive, runs, stats
+from analysis import agents, continuous, cpuenv, docs, expensive, runs, stats
 from helpers import ROOT, STEADY, TINY
 
 STARTUP = 1.5  # seconds from a fake run's start to its first iteration
@@ -508,3 +508,25 @@ def test_tuning_experiment_by_hand(tmp_path):
     # medium: no difference between the layers, large not run here
     assert "| s1 | 42 | tuning | Test CPU |" in report and "| 4.00 | 2.00 | 20.00 | 10.00 |" in report
     assert "| s1 | medium | 976 | 0.00 | 1.00 | 0% |" in report
+
+
+def test_continuous_learning_against_the_bars(tmp_path):
+    """bench.sh's continuous-learning folder: each env and variant's seeds against the bar every seed must
+    reach (-300 on Pendulum, 1,000 on HalfCheetah), the chart, and no env-complexity measurement for them."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "out"
+    for seed, final in ((1, -150.0), (2, -350.0)):  # the second seed misses the bar
+        fake_run(runs_dir / "continuous-learning" / f"r{seed}", "linen", "Pendulum-v1", "small", seed, 10.0, ITERATIONS,
+                 final_return=final)
+    fake_run(runs_dir / "continuous-learning" / "r1", "torch_gymnasium", "HalfCheetah-v5", "small", 1, 10.0, ITERATIONS,
+             final_return=1200.0)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    assert {r.experiment for r in loaded} == {"continuous-learning"}
+    rows = continuous.learning_rows(loaded)
+    assert [(r[0], r[1], r[2], r[4], r[6], r[7], r[8]) for r in rows] == [
+        ("HalfCheetah-v5", "torch_gymnasium", 1, 1200.0, 1000.0, "1 of 1", 18 * 8192),
+        ("Pendulum-v1", "linen", 2, -250.0, -300.0, "1 of 2", 18 * 8192)]
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "## Learning continuous control" in report and (out / "continuous_learning.png").exists()
+    assert "| Pendulum-v1 | linen | 2 |" in report and not (out / "envtime.json").exists()

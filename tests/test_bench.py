@@ -112,6 +112,38 @@ def test_cpuenv_keeps_the_listed_envs_with_a_twin():
                                                     "--update-epochs 4") for line in cleanrl)
 
 
+def test_continuous_presets():
+    """continuous: the Gymnax frameworks on both continuous envs, the CPU-env scripts stepped each way on
+    Pendulum and HalfCheetah, two sizes, 20 synced iterations; continuous-learning: the six Gymnax
+    scripts on Pendulum at their defaults, the two CPU-env scripts on HalfCheetah for 1M env steps."""
+    lines = planned("continuous")
+    alone = [line for line in lines if "env_alone.py" in line]
+    assert sorted(re.search(r"--backend (\S+) --env-id (\S+)", line).groups() for line in alone) == [
+        ("async", "HalfCheetah-v5"), ("async", "Pendulum-v1"), ("envpool", "HalfCheetah-v5"), ("envpool", "Pendulum-v1"),
+        ("gymnax", "Pendulum-v1"), ("mjx", "HalfCheetah-v5"), ("sync", "HalfCheetah-v5"), ("sync", "Pendulum-v1")]
+    lines = [line for line in lines if line not in alone]
+    assert len(lines) == 6 * 2 * 2 + 6 * 2 * 2 and len(set(lines)) == len(lines)
+    assert all(line.endswith("--sync-timing --num-iterations 20") for line in lines)
+    assert sum("--vectorization async --env-id HalfCheetah-v5" in line for line in lines) == 2 * 2
+    pendulum = planned("continuous", "--envs", "Pendulum-v1", "--iterations", "30")
+    pendulum = [line for line in pendulum if "env_alone.py" not in line]
+    assert len(pendulum) == 6 * 2 + 6 * 2 and all(line.endswith("--num-iterations 30") for line in pendulum)
+    learning = planned("continuous-learning", "--repeats", "3")
+    assert len(learning) == 3 * (6 + 2) and not any("--sync-timing" in line for line in learning)
+    cheetah = [line for line in learning if "HalfCheetah-v5" in line]
+    assert len(cheetah) == 3 * 2 and all(line.endswith("--num-iterations 122") for line in cheetah)  # 1M steps
+
+
+def test_calibration_writes_what_the_analysis_reads(tmp_path):
+    """calibrate.py, which bench.sh runs first in every session, with the scripts' own code."""
+    proc = subprocess.run([sys.executable, str(ROOT / "calibrate.py"), "--seconds", "0.05", "--out",
+                           str(tmp_path / "now.json")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    measured = json.loads((tmp_path / "now.json").read_text())
+    assert set(measured["minibatch_step_seconds"]) == {"jax", "torch"}
+    assert all(seconds > 0 for seconds in measured["minibatch_step_seconds"].values())
+
+
 def test_repeats_use_their_own_seed():
     lines = planned("exp3", "--repeats", "2")
     assert len(lines) == 60

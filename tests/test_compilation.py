@@ -77,7 +77,11 @@ def dynamo_graphs(monkeypatch, tmp_path):
 
 TORCH_COMPILED = [("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads"}, 2),
                   ("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads+policy"}, 3),
-                  ("ppo_torch_agents.py", {"compile": True, "num_agents": 2}, 3)]
+                  ("ppo_torch_agents.py", {"compile": True, "num_agents": 2}, 3),
+                  # the Gaussian head: its sampling, log-probabilities and entropy compile as one graph too
+                  ("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads+policy",
+                                            "env_id": "Pendulum-v1"}, 3),
+                  ("ppo_torch_agents.py", {"compile": True, "num_agents": 2, "env_id": "Pendulum-v1"}, 3)]
 
 
 @pytest.mark.parametrize("script, toggle, graphs", TORCH_COMPILED, ids=lambda x: str(x))

@@ -12,13 +12,16 @@ from helpers import (GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, SCRIPTS, SYNC_T
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
-    "env_id": "CartPole-v1", "model": "small", "num_envs": 32, "num_steps": 256, "num_minibatches": 8,
-    "update_epochs": 10, "num_iterations": 100, "learning_rate": 2.5e-4, "gamma": 0.99, "gae_lambda": 0.95,
-    "clip_coef": 0.2, "clip_vloss": True, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
-    "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "bootstrap_truncation": True, "seed": 1,
+    "env_id": "CartPole-v1", "model": "small", "num_envs": 32, "num_steps": 256, "num_minibatches": None,
+    "update_epochs": 10, "num_iterations": 100, "learning_rate": None, "gamma": 0.99, "gae_lambda": 0.95,
+    "clip_coef": 0.2, "clip_vloss": True, "ent_coef": None, "vf_coef": 0.5, "max_grad_norm": 0.5,
+    "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "normalize": True, "bootstrap_truncation": True, "seed": 1,
     "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs", "save_model": False, "load_model": None,
     "eval_episodes": 0,
 }
+# the defaults an action space picks for the fields left None above: the seed README's, CleanRL's continuous script's
+ACTION_SPACE_DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
+                         True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
 # the only fields a variant may add: compile toggles, the CPU-env scripts' vectorization, the agent scripts' count
 COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "compile_scope", "compile", "vectorization", "num_agents"}
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
@@ -39,6 +42,17 @@ def test_shared_args_identical():
         assert {n: d for n, (d, _) in shared.items()} == SHARED_ARGS, script
         reference = reference or (script, shared)
         assert shared == reference[1], f"{script} and {reference[0]} differ in a type or default"
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_action_space_defaults_identical(continuous):
+    """Every script fills a value left unset with its action space's default, the same in every script;
+    a value given is kept."""
+    for script in SCRIPTS:
+        m = load(script)
+        assert m.DEFAULTS == ACTION_SPACE_DEFAULTS, script
+        assert dataclasses.asdict(m.with_defaults(m.Args(), continuous)).items() >= ACTION_SPACE_DEFAULTS[continuous].items()
+        assert m.with_defaults(dataclasses.replace(m.Args(), ent_coef=0.5), continuous).ent_coef == 0.5
 
 
 def test_every_field_has_help():
@@ -97,6 +111,7 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
 
     info = read_json(run_dir / "run.json")
     assert info["variant"] == variant and info["args"]["num_envs"] == 4
+    assert info["args"]["learning_rate"] == ACTION_SPACE_DEFAULTS[False]["learning_rate"]  # what ran, not None
     # full float32 matmuls, as each framework in the process reports it back
     assert info["matmul_precision"] == {fw: FLOAT32[fw] for fw in frameworks(script)}
     if script in GYMNASIUM_SCRIPTS:  # the CPU twin, and how it is vectorized
@@ -130,7 +145,7 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
     assert steps == [batch * (i + 1) for i in range(iterations)]  # step = global env steps
     # the rate of each iteration's last optimizer step, read from the optimizer: linear decay to 0
     per_iteration = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"]
-    schedule = [SHARED_ARGS["learning_rate"] * (1 - ((i + 1) * per_iteration - 1) / (iterations * per_iteration))
+    schedule = [ACTION_SPACE_DEFAULTS[False]["learning_rate"] * (1 - ((i + 1) * per_iteration - 1) / (iterations * per_iteration))
                 for i in range(iterations)]
     assert [value for _, value in logged["charts/learning_rate"]] == pytest.approx(schedule, rel=1e-5)
     assert all(math.isfinite(v) for tag in TAGS for _, v in logged[tag])
@@ -174,7 +189,6 @@ BAD_INPUTS = {
     "unknown env": (["--env-id", "NoSuchEnv-v0"], ["NoSuchEnv-v0", "CartPole-v1"]),
     "negative learning rate": (["--learning-rate", "-1"], ["learning_rate", "> 0", "-1"]),
     "log dir is a file": (["--log-dir", "README.md"], ["--log-dir", "README.md", "Not a directory"]),
-    "continuous actions": (["--env-id", "Pendulum-v1"], ["Pendulum-v1", "discrete", "CartPole-v1"]),
     "non-Box observations": (["--env-id", "FrozenLake-misc"], ["FrozenLake-misc", "Box", "CartPole-v1"]),
     "needs a download": (["--env-id", "MNISTBandit-bsuite"], ["MNISTBandit-bsuite", "download"]),
     "no CPU twin": (["--env-id", "DeepSea-bsuite"], ["DeepSea-bsuite", "no CPU twin", "Breakout-MinAtar"]),

@@ -94,9 +94,9 @@ def test_every_variant_is_in_the_scripts_table(script):
 
 def test_preset_table_counts_what_bench_plans():
     text = (ROOT / "docs" / "benchmark.md").read_text()
-    rows = dict(re.findall(r"^\| `(\w+)` \| (\d+) \|", text, flags=re.M))
+    rows = dict(re.findall(r"^\| `([\w-]+)` \| (\d+) \|", text, flags=re.M))
     assert set(rows) == {"warmup", "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "tuning",
-                         "sweep", "quick"}
+                         "continuous", "continuous-learning", "sweep", "quick"}
     for preset, count in rows.items():
         assert len(planned(preset)) == int(count), f"docs/benchmark.md: {preset} plans {len(planned(preset))} runs"
     seeds = re.search(r"benchback-rl's three experiments \((\d+) runs\)", text)

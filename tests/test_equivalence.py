@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import ONE_AGENT_SCRIPTS as SCRIPTS, load  # the agent scripts: tests/test_agents.py
+from helpers import CONTINUOUS_SCRIPTS, load, script_args
+from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 
 OBS_DIM, NUM_ACTIONS, HIDDEN, MINIBATCH = 6, 3, (64, 64), 256
 EPOCHS, MINIBATCHES, UPDATES = 2, 2, 2  # update() calls of 2 epochs x 2 shuffled minibatches each
@@ -24,8 +25,9 @@ ATOL_WEIGHTS = 2e-6  # float32 against float64; an optimizer step moves a weight
 
 
 def shared_args(script, **changes):
-    """The script's own Args (its defaults are the contract's), with the given changes."""
-    return dataclasses.replace(load(script).Args(), **changes)
+    """The script's own Args (its defaults are the contract's), with the given changes: the discrete
+    defaults on either head, so that a Gaussian's entropy bonus (0 by default) is in the gradient too."""
+    return script_args(load(script), **changes)
 
 
 def update_args(script):
@@ -37,15 +39,22 @@ def update_args(script):
 
 def random_batch(rng, weights, return_error: float, size: int = BATCH) -> dict:
     """Old log-probs and values near the current ones, so some ratios and values clip; the size
-    of the return errors sets the gradient's norm (3+-4: above max_grad_norm, 0+-0.05: below)."""
+    of the return errors sets the gradient's norm (3+-4: above max_grad_norm, 0+-0.05: below).
+    The actions: uniform over the logits, or the Gaussian's samples (some beyond the env's [-1, 1])."""
     obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
     obs = rng.normal(0, 1, (size, obs_dim)).astype(np.float32)
-    logp = ref.log_softmax(ref.forward(ref.as64(weights)["actor"], obs)[0])
-    actions = rng.integers(0, num_actions, size).astype(np.int32)
+    out = ref.forward(ref.as64(weights)["actor"], obs)[0]
+    if "actor_logstd" in weights:
+        logstd = weights["actor_logstd"].astype(np.float64)
+        actions = (out + np.exp(logstd) * rng.normal(0, 1, out.shape)).astype(np.float32)
+        logprobs = ref.gaussian(out, logstd, actions)[0]
+    else:
+        actions = rng.integers(0, num_actions, size).astype(np.int32)
+        logprobs = ref.categorical(out, actions)[0]
     values = ref.forward(ref.as64(weights)["critic"], obs)[0][:, 0] + rng.normal(0, 0.3, size)
     return {
         "obs": obs, "actions": actions,
-        "logprobs": logp[np.arange(size), actions] + rng.normal(0, 0.2, size),
+        "logprobs": logprobs + rng.normal(0, 0.2, size),
         "values": values, "advantages": rng.normal(0.5, 2, size),
         "returns": values + rng.normal(3 if return_error > 1 else 0, return_error, size),
     }
@@ -68,13 +77,23 @@ def minibatches_of(batches, perms) -> list[dict]:
 UNSHUFFLED = [np.arange(BATCH)] * (UPDATES * EPOCHS)
 
 
-@pytest.fixture(scope="module")
-def problem():
+def make_problem(continuous: bool):
     rng = np.random.default_rng(0)
-    weights = ref.random_weights(rng, OBS_DIM, HIDDEN, NUM_ACTIONS)
+    weights = ref.random_weights(rng, OBS_DIM, HIDDEN, NUM_ACTIONS, continuous)
     # the update calls alternate between gradient norms above max_grad_norm (clipped) and below
     batches = [random_batch(rng, weights, 4.0 if u % 2 == 0 else 0.05) for u in range(UPDATES)]
     return weights, batches
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return make_problem(continuous=False)
+
+
+@pytest.fixture(scope="module")
+def continuous_problem():
+    """The Gaussian head's: 3 action dimensions, a log-std away from its init."""
+    return make_problem(continuous=True)
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +104,10 @@ def unshuffled_updates(problem):
 
 
 # ---- the reference itself
-def test_reference_gradients_match_finite_differences(problem):
-    """The hand-written backward pass equals central differences of the float64 loss."""
-    weights, (batch, *_) = problem
+@pytest.mark.parametrize("head", ["categorical", "gaussian"])
+def test_reference_gradients_match_finite_differences(head, problem, continuous_problem):
+    """The hand-written backward pass equals central differences of the float64 loss (the log-std's too)."""
+    weights, (batch, *_) = problem if head == "categorical" else continuous_problem
     mb = rows(batch, slice(0, MINIBATCH))
     args = shared_args(SCRIPTS[0])
     rng = np.random.default_rng(1)
@@ -136,13 +156,9 @@ def test_planted_errors_are_visible(planted, problem, unshuffled_updates):
 
 
 # ---- every script against the reference
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_loss_and_gradients_match_reference(script, problem):
-    weights, (batch, *_) = problem
-    mb = rows(batch, slice(0, MINIBATCH))
-    args = shared_args(script)
+def check_loss_and_gradients(adapter, weights, mb, args):
     expected_loss, expected_stats, expected_grads = ref.loss_and_grads(weights, mb, args)
-    loss, stats, grads = adapter_for(script)(script, weights, args).loss_and_grads(mb)
+    loss, stats, grads = adapter.loss_and_grads(mb)
     assert loss == pytest.approx(expected_loss, rel=1e-5, abs=1e-6)
     for name in ref.LOSS_STATS:
         assert stats[name] == pytest.approx(expected_stats[name], rel=1e-4, abs=1e-6), name
@@ -152,6 +168,17 @@ def test_loss_and_gradients_match_reference(script, problem):
         for i, ((g, gb), (e, eb)) in enumerate(zip(grads[net], expected_grads[net])):
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6 * scale, err_msg=f"{net} layer {i} kernel")
             np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6 * scale, err_msg=f"{net} layer {i} bias")
+    assert ("actor_logstd" in grads) == ("actor_logstd" in expected_grads)
+    if "actor_logstd" in expected_grads:
+        np.testing.assert_allclose(grads["actor_logstd"], expected_grads["actor_logstd"], rtol=1e-4,
+                                   atol=1e-6 * scale, err_msg="the log-std")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_loss_and_gradients_match_reference(script, problem):
+    weights, (batch, *_) = problem
+    args = shared_args(script)
+    check_loss_and_gradients(adapter_for(script)(script, weights, args), weights, rows(batch, slice(0, MINIBATCH)), args)
 
 
 @pytest.mark.parametrize("script,compiled", [(s, False) for s in SCRIPTS] + [("ppo_torch_compile.py", True)],
@@ -168,6 +195,10 @@ def test_updates_match_reference(script, compiled, problem):
     adapter = adapter_for(script, compiled)(script, weights, args)  # compiled: Adam too, multi-tensor
     with adapter.drawn_permutations() as perms:
         results = [adapter.update(batch, iteration=u) for u, batch in enumerate(batches)]
+    check_updates(script, results, perms, weights, batches, args)
+
+
+def check_updates(script, results, perms, weights, batches, args):
     assert len(perms) == UPDATES * EPOCHS, f"{script} drew {len(perms)} permutations, not one per epoch"
     for perm in perms:
         assert sorted(perm) == list(range(BATCH)), "not a permutation of the batch"
@@ -179,6 +210,23 @@ def test_updates_match_reference(script, compiled, problem):
         assert lr_logged == lr_used, f"call {u}: logged {lr_logged}, used {lr_used}"
         np.testing.assert_allclose(ref.flat(got), ref.flat(want), rtol=0, atol=ATOL_WEIGHTS,
                                    err_msg=f"{script}: weights after update() call {u}")
+
+
+GAUSSIAN_CASES = [(s, False) for s in CONTINUOUS_SCRIPTS] + [("ppo_torch_compile.py", True)]
+
+
+@pytest.mark.parametrize("script,compiled", GAUSSIAN_CASES, ids=[s + "-compiled" * c for s, c in GAUSSIAN_CASES])
+def test_gaussian_head_matches_reference(script, compiled, continuous_problem):
+    """The continuous head, as both tests above prove the categorical one: from identical weights (a
+    log-std among them), one minibatch's loss, statistics and gradients, then consecutive update()
+    calls, the log-std's Adam steps included."""
+    weights, batches = continuous_problem
+    args = update_args(script)
+    adapter = adapter_for(script, compiled)(script, weights, args)  # compiled: the whole step, Adam too
+    check_loss_and_gradients(adapter, weights, rows(batches[0], slice(0, MINIBATCH)), args)
+    with adapter.drawn_permutations() as perms:
+        results = [adapter.update(batch, iteration=u) for u, batch in enumerate(batches)]
+    check_updates(script, results, perms, weights, batches, args)
 
 
 # ---- GAE

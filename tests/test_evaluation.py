@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, TINY, TINY_ARGS, load, read_json, scalars
+from helpers import GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, TINY, TINY_ARGS, load, read_json, scalars, script_args
 
 EPISODES = 16  # and as many training envs: a key shared with training's would start them alike
 DELAY = 3.0  # seconds the evaluation is made to take longer
@@ -85,7 +85,7 @@ def evaluation_checks(script, run_dir, records, wall):
 
     # greedy: the saved model's argmax at each observation an action was taken in
     m = load(script)
-    args = dataclasses.replace(m.Args(), **TINY_ARGS)
+    args = script_args(m, **TINY_ARGS)
     other = ref.random_weights(np.random.default_rng(0), eval_obs.shape[1], (64, 64), 2)
     adapter = adapter_for(script)(script, other, args)
     adapter.load(run_dir)

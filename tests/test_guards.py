@@ -175,7 +175,9 @@ ENV = dict(env_id="Breakout-MinAtar", bootstrap_truncation=False, sync_timing=Tr
 CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] + [
     # on CartPole: without jit every call lowers its scans again, and lowering reads the small arrays
     # the scan closes over to embed them (MinAtar's env has one): a read --no-jit pays by design
-    ("ppo_linen.py", {"jit": False, "env_id": "CartPole-v1"})]
+    ("ppo_linen.py", {"jit": False, "env_id": "CartPole-v1"})] + [
+    # the Gaussian head in torch (its noise, torch.distributions' Normal) and the JAX normalization it steps
+    (s, {"env_id": "Pendulum-v1"}) for s in ("ppo_torch.py", "ppo_torch_compile.py")]
 IDS = [case_id(*c) for c in CASES]
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import GYMNASIUM_SCRIPTS, load
+from helpers import CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, load, script_args
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 
 NUM_ENVS, NUM_STEPS, TIME_LIMIT = 8, 64, 25  # a short time limit: truncations as well as terminations
@@ -38,22 +38,25 @@ def reset_each(env, env_params):
     return env_key, key, [flatten(o) for o, _ in resets], [s for _, s in resets]
 
 
-def gymnax_envs(script):
-    """Gymnax's CartPole, made by the script's own make_env, each env stepped alone with the
-    scripts' key stream: the env key is split once for the reset and once per step, then into
-    one key per env."""
+def gymnax_envs(script, env_id="CartPole-v1"):
+    """A Gymnax env, made by the script's own make_env, each env stepped alone with the scripts'
+    key stream: the env key is split once for the reset and once per step, then into one key per
+    env. A continuous env is given the action clipped to its bounds."""
     import jax
+    from gymnax.environments import spaces
 
-    env, env_params = load(script).make_env("CartPole-v1")
+    env, env_params = load(script).make_env(env_id)
     env_params = env_params.replace(max_steps_in_episode=TIME_LIMIT)
     env_key, key, first_obs, states = reset_each(env, env_params)
+    space = env.action_space(env_params)
+    given = (lambda a: np.clip(a, space.low, space.high)) if isinstance(space, spaces.Box) else int
 
     def step(t, actions):
         nonlocal key
         key, step_key = jax.random.split(key)
         out = []
         for i, k in enumerate(jax.random.split(step_key, NUM_ENVS)):
-            o, states[i], reward, terminated, truncated, info = env.step(k, states[i], int(actions[i]), env_params)
+            o, states[i], reward, terminated, truncated, info = env.step(k, states[i], given(actions[i]), env_params)
             out.append((flatten(o), float(reward), bool(terminated), bool(truncated),
                         flatten(info["final_observation"])))
         return out
@@ -188,7 +191,7 @@ def test_rollout_matches_step_by_step_reference(script, env_id, compiled, policy
             pytest.skip("Craftax compiles slowly: the soft policy only")
         # two fresh worlds per step for the 8 envs, in the module the adapter runs (a private copy for torch_compile)
         monkeypatch.setattr(adapter_for(script).module(script), "CRAFTAX_RESET_RATIO", 4)
-    args = dataclasses.replace(load(script).Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
+    args = script_args(load(script), num_envs=NUM_ENVS, num_steps=NUM_STEPS)
     if script in GYMNASIUM_SCRIPTS:
         env_inputs, first_obs, step = gymnasium_envs(script, env_id)
         num_actions = env_inputs[0].single_action_space.n
@@ -267,7 +270,7 @@ def test_next_step_autoreset_masks_the_reset_step(script, vectorization):
     import jax
 
     m = load(script)
-    args = dataclasses.replace(m.Args(), num_envs=NUM_ENVS, num_steps=NUM_STEPS, vectorization=vectorization)
+    args = script_args(m, num_envs=NUM_ENVS, num_steps=NUM_STEPS, vectorization=vectorization)
     original = dict(m.TWINS)
     m.TWINS["CartPole-v1"] = ("CartPole-v1", {"max_episode_steps": TIME_LIMIT})
     try:
@@ -323,3 +326,95 @@ def test_next_step_autoreset_masks_the_reset_step(script, vectorization):
             np.testing.assert_allclose(column(advantages), expected, rtol=1e-4, atol=1e-4, err_msg=f"env {i}")
     assert resets > NUM_ENVS, "the rollouts must hold reset steps"
     envs.close()
+
+
+def normalized(expected, gamma):
+    """The reference's normalization along a trajectory: every observation (the first included) joins
+    the statistics and is scaled by them, a final observation is scaled by the statistics of its step
+    without joining them, and every reward is scaled by the discounted returns' statistics."""
+    obs_stats, return_stats, discounted = ref.Running.start(expected["obs"].shape[-1:]), ref.Running.start(), 0.0
+    obs_stats, first = ref.normalize_obs(obs_stats, expected["obs"][0])
+    out = {"obs": [first], "final_obs": [], "reward": []}
+    for t in range(len(expected["reward"])):
+        obs_stats, obs = ref.normalize_obs(obs_stats, expected["obs"][t + 1])
+        out["obs"].append(obs)
+        out["final_obs"].append(ref.normalize_obs(obs_stats, expected["final_obs"][t], update=False)[1])
+        return_stats, discounted, reward = ref.scale_reward(return_stats, discounted, expected["reward"][t],
+                                                            expected["terminated"][t], gamma)
+        out["reward"].append(reward)
+    return {name: np.stack(x) for name, x in out.items()}
+
+
+CONTINUOUS_GYMNAX = [s for s in CONTINUOUS_SCRIPTS if s not in GYMNASIUM_SCRIPTS]
+
+
+@pytest.mark.parametrize("script", CONTINUOUS_GYMNAX)
+def test_continuous_rollout_stores_the_sample_and_steps_the_clipped_action(script):
+    """MountainCarContinuous charges -0.1 * action**2 for the action it is given, so an unclipped
+    action shows in its reward: two consecutive rollout() calls with the Gaussian head (std 1.5,
+    about half the samples beyond the bounds [-1, 1]) give what the env does stepped alone with the
+    clipped actions, while the batch stores the samples themselves and their log-probabilities;
+    observations and rewards are normalized as the reference normalizes them (the episode statistics
+    stay raw), and the values, the bootstrap from final observations and GAE follow."""
+    import jax
+
+    args = script_args(load(script), True, num_envs=NUM_ENVS, num_steps=NUM_STEPS)
+    assert args.normalize, "normalization is on by default"
+    env_inputs, first_obs, step = gymnax_envs(script, "MountainCarContinuous-v0")
+    weights = ref.random_weights(np.random.default_rng(2), len(first_obs[0]), (64, 64), 1, continuous=True)
+    weights["actor_logstd"][:] = np.log(1.5)
+    calls = adapter_for(script)(script, weights, args).rollouts(*env_inputs, jax.random.key(4), calls=2)
+    actions = np.concatenate([batch["actions"].reshape(NUM_STEPS, NUM_ENVS, 1) for batch, *_ in calls])
+    assert (np.abs(actions) > 1).mean() > 0.3, "the samples must go beyond the bounds"
+    raw, episodes = reference_rollout(first_obs, step, actions)
+    expected = normalized(raw, args.gamma)
+    assert (raw["truncated"][:NUM_STEPS].any() and raw["truncated"][NUM_STEPS:].any()), "both rollouts end episodes"
+
+    for call, (batch, stats, last_obs, gae_args) in enumerate(calls):
+        steps, where = slice(call * NUM_STEPS, (call + 1) * NUM_STEPS), f"rollout call {call + 1}"
+        obs, final_obs = expected["obs"][steps], expected["final_obs"][steps]
+        values, rewards, terminated, truncated, last_value, final_values = gae_args
+        np.testing.assert_allclose(batch["obs"].reshape(NUM_STEPS, NUM_ENVS, -1), obs, atol=1e-4, err_msg=where)
+        np.testing.assert_allclose(last_obs, expected["obs"][steps.stop], atol=1e-4, err_msg=where)
+        np.testing.assert_allclose(rewards, expected["reward"][steps], rtol=1e-4, atol=1e-5, err_msg=where)
+        np.testing.assert_array_equal(truncated, raw["truncated"][steps], err_msg=where)
+        ended = [e for e in episodes if steps.start <= e[0] < steps.stop]
+        assert stats["episodic_return_sum"] == pytest.approx(sum(r for _, r, _ in ended), rel=1e-5), where
+
+        mean = ref.forward(ref.as64(weights)["actor"], obs)[0]
+        logprobs = ref.gaussian(mean, weights["actor_logstd"].astype(np.float64), actions[steps])[0]
+        np.testing.assert_allclose(batch["logprobs"], logprobs.reshape(-1), rtol=1e-4, atol=1e-4, err_msg=where)
+        np.testing.assert_allclose(values, value(weights, obs), rtol=1e-4, atol=1e-4, err_msg=where)
+        bootstrapped = raw["truncated"][steps] & ~raw["terminated"][steps]
+        np.testing.assert_allclose(final_values[bootstrapped], value(weights, final_obs)[bootstrapped],
+                                   rtol=1e-4, atol=1e-4, err_msg=where)
+        advantages, _ = ref.gae(value(weights, obs), expected["reward"][steps], raw["terminated"][steps],
+                                raw["truncated"][steps], value(weights, expected["obs"][steps.stop]),
+                                value(weights, final_obs), args.gamma, args.gae_lambda)
+        np.testing.assert_allclose(batch["advantages"], advantages.reshape(-1), rtol=1e-3, atol=1e-3, err_msg=where)
+
+
+@pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
+def test_normalizer_matches_reference(script):
+    """The script's Normalizer against the reference's, step by step: 30 steps of 8 envs, far from
+    mean 0 and variance 1, a tenth of the steps terminated (the only cut of the discounted return),
+    an outlier beyond the +-10 clip last; frozen statistics scale without changing."""
+    m, rng = load(script), np.random.default_rng(5)
+    norm = m.Normalizer.start(3, NUM_ENVS)
+    obs_stats, return_stats, discounted = ref.Running.start((3,)), ref.Running.start(), np.zeros(NUM_ENVS)
+    for t in range(30):
+        obs = rng.normal([5.0, -2.0, 0.0], [3.0, 0.1, 50.0], (NUM_ENVS, 3)).astype(np.float32)
+        reward = rng.normal(-1.0, 2.0 if t else 200.0, NUM_ENVS).astype(np.float32)
+        terminated = rng.random(NUM_ENVS) < 0.1
+        if t == 29:  # an outlier each, beyond the clip
+            obs[0, 0], reward[0] = 1e4, 1e5
+        norm, got_obs = norm.observe(obs)
+        obs_stats, want_obs = ref.normalize_obs(obs_stats, obs)
+        norm, got_reward = norm.scale(reward, terminated, 0.99)
+        return_stats, discounted, want_reward = ref.scale_reward(return_stats, discounted, reward, terminated, 0.99)
+        np.testing.assert_allclose(np.asarray(got_obs), want_obs, rtol=1e-4, atol=1e-4, err_msg=f"step {t}")
+        np.testing.assert_allclose(np.asarray(got_reward), want_reward, rtol=1e-4, atol=1e-4, err_msg=f"step {t}")
+    assert want_obs[0, 0] == 10 and want_reward[0] == 10, "the outliers are clipped"
+    frozen, scaled = norm.observe(obs, learn=False)
+    np.testing.assert_array_equal(np.asarray(frozen.obs.mean), np.asarray(norm.obs.mean))
+    np.testing.assert_allclose(np.asarray(scaled), ref.normalize_obs(obs_stats, obs, update=False)[1], rtol=1e-4, atol=1e-4)

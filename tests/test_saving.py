@@ -5,7 +5,8 @@
 - From the command line: a run that loads a saved model and trains 0 iterations evaluates the
   greedy policy to the returns the saving run's own evaluation got, on the same fresh envs.
 - A model from another script, model size or env, and a truncated or missing file are refused:
-  one line, exit 2, nothing written."""
+  one line, exit 2, nothing written.
+- A continuous run's normalization statistics are saved with its model and restored with it."""
 
 import dataclasses
 import inspect
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import AGENT_SCRIPTS, ROOT, TINY_ARGS, load, run, train_in_process
+from helpers import AGENT_SCRIPTS, CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, ROOT, TINY_ARGS, load, run, script_args, train_in_process
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
 from helpers import SCRIPTS as ALL_SCRIPTS
 from test_equivalence import ATOL_WEIGHTS, random_batch
@@ -27,8 +28,7 @@ OTHER_WEIGHTS = 99  # the seed of the weights a loading adapter starts from, bef
 
 def update_args(script):
     """One optimizer step per update() call, on a schedule of two: one before saving, one after loading."""
-    return dataclasses.replace(load(script).Args(), num_envs=4, num_steps=64, num_minibatches=1, update_epochs=1,
-                               num_iterations=2)
+    return script_args(load(script), num_envs=4, num_steps=64, num_minibatches=1, update_epochs=1, num_iterations=2)
 
 
 def problem():
@@ -209,3 +209,41 @@ def test_a_model_this_run_cannot_use_is_refused(script, saved, tmp_path, capsys)
     proc = run(script, "--load-model", str(truncated), log_dir=log_dir)
     assert proc.returncode == 2 and "is not a whole model" in proc.stderr and "Traceback" not in proc.stderr
     assert not log_dir.exists()
+
+
+@pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
+def test_normalization_statistics_are_saved_and_restored(script, tmp_path, capsys):
+    """A run on Pendulum saves its Normalizer's statistics with its model, as they ended; a run that
+    loads them starts from them (its first observations join the saved statistics, so its count is
+    theirs plus one observation per env; the discounted returns start again), and a run that would
+    not normalize refuses them."""
+    m = load(script, fresh=True)
+    args = m.Args(**{**TINY_ARGS, "num_iterations": 3}, env_id="Pendulum-v1", log_dir=str(tmp_path))
+    env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
+    args = m.with_defaults(args, continuous_actions=True)
+    writer = m.Writer(str(tmp_path))
+    *trained, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))  # (model and optimizer), statistics
+    m.save_model(str(tmp_path), *trained, norm, args)
+    read = lambda args: m.read_model(str(tmp_path), args, *(env if "env" in inspect.signature(m.read_model).parameters
+                                                            else (m.normalizes(args, *env),)))  # as main() reads
+    saved = {part: {k: np.asarray(v) for k, v in stats.items()} for part, stats in read(args)["normalizer"].items()}
+    for part in ("obs", "reward"):
+        for name, value in getattr(norm, part)._asdict().items():
+            np.testing.assert_array_equal(saved[part][name], np.asarray(value), err_msg=f"{part} {name}")
+    assert saved["obs"]["count"] > 3 * args.num_envs * args.num_steps  # what training saw
+
+    start = dataclasses.replace(args, num_iterations=0)
+    *_, loaded = m.train(start, *env, m.RunLog(writer, start, "in-process"), read(args))
+    *_, fresh = m.train(start, *env, m.RunLog(writer, start, "in-process"))
+    writer.close()
+    assert float(loaded.obs.count) == pytest.approx(saved["obs"]["count"] + args.num_envs)
+    assert float(fresh.obs.count) == pytest.approx(1e-4 + args.num_envs)
+    merged = ref.Running(saved["obs"]["mean"], saved["obs"]["var"], float(saved["obs"]["count"]))
+    reset_obs = np.asarray(fresh.obs.mean) * (1e-4 + args.num_envs) / args.num_envs  # the first observations' mean (fresh: from 0)
+    np.testing.assert_allclose(np.asarray(loaded.obs.mean), merged.mean + (reset_obs - merged.mean) * args.num_envs
+                               / (merged.count + args.num_envs), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(loaded.discounted), 0.0)
+
+    with pytest.raises(SystemExit) as exit_info:
+        read(dataclasses.replace(args, normalize=False))
+    assert exit_info.value.code == 2 and "saved with normalize True" in capsys.readouterr().err

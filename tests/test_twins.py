@@ -7,6 +7,7 @@ and every twin has Gymnax's action set, observation size and time limit."""
 
 import numpy as np
 import pytest
+from scipy.stats import ks_2samp
 from helpers import GYMNASIUM_SCRIPTS, load
 
 STEPS = 300
@@ -17,7 +18,14 @@ STATE_BOXES = {
     "Acrobot-v1": [{"joint_angle1": np.pi, "joint_angle2": np.pi, "velocity_1": 4 * np.pi, "velocity_2": 9 * np.pi}],
     "MountainCar-v0": [{"position": (-1.2, 0.5), "velocity": 0.07},  # and at the goal, slow or not
                        {"position": (0.4, 0.5), "velocity": 0.07}, {"position": (0.48, 0.5), "velocity": 0.02}],
+    "Pendulum-v1": [{"theta": np.pi, "theta_dot": 8.0}],  # never terminates: only the transition is compared
+    "MountainCarContinuous-v0": [{"position": (-1.2, 0.6), "velocity": 0.07}, {"position": (0.4, 0.6), "velocity": 0.07}],
 }
+NEVER_ENDS = ("Pendulum-v1",)
+# Gymnax's MountainCarContinuous stops the car at the wall only in Gymnax's own way: Gymnasium zeroes a
+# negative velocity at the left wall, Gymnax (by mistake) past the goal, where it then terminates.
+# These transitions, told by Gymnasium's next observation, are skipped (and counted); all others agree.
+KNOWN_DIFFERENCES = {"MountainCarContinuous-v0": lambda obs: obs[0] <= -1.2 or (obs[0] >= 0.45 and obs[1] < 0)}
 
 
 def twins():
@@ -49,23 +57,34 @@ def test_classic_control_twins_step_alike(env_id):
     name, kwargs = twins()[env_id]
     env = gym.make(name, **kwargs).unwrapped
     rng = np.random.default_rng(0)
-    ended = 0
+    ended, differs = 0, KNOWN_DIFFERENCES.get(env_id, lambda obs: False)
     for t in range(STEPS):
         fields, gymnax_state = random_state(rng, gymnax_env, params, STATE_BOXES[env_id], t)
         env.reset(seed=t)  # a fresh episode: Gymnasium's CartPole pays nothing after a termination
         env.state = np.array(list(fields.values()), np.float64)
-        action = int(rng.integers(env.action_space.n))
+        space = env.action_space
+        if isinstance(space, gym.spaces.Box):  # a continuous action anywhere in the bounds (both envs clip)
+            action = rng.uniform(space.low, space.high).astype(np.float32)
+        else:
+            action = int(rng.integers(space.n))
         obs, reward, terminated, _, _ = env.step(action)
         g_obs, _, g_reward, g_terminated, _ = gymnax_step(jax.random.key(t), gymnax_state, action, params)
-        # float32 (Gymnax) against float64 (Gymnasium): Acrobot's fast joints differ by up to 1e-4
+        if differs(obs):
+            continue
+        # float32 (Gymnax) against float64 (Gymnasium): Acrobot's fast joints differ by up to 1e-4,
+        # Pendulum's and MountainCarContinuous's rewards (of the action's square) in the 6th digit
         np.testing.assert_allclose(np.asarray(g_obs), obs, rtol=2e-4, atol=1e-4, err_msg=f"{env_id} step {t}")
-        assert float(g_reward) == reward, (env_id, t, fields)
+        assert float(g_reward) == pytest.approx(reward, rel=1e-5, abs=1e-6), (env_id, t, fields)
         assert bool(g_terminated) == terminated, (env_id, t, fields)
         ended += terminated
-    assert 10 < ended < STEPS - 10, f"{ended} of {STEPS} steps ended an episode: both outcomes must be compared"
+    if env_id not in NEVER_ENDS:
+        assert 10 < ended < STEPS - 10, f"{ended} of {STEPS} steps ended an episode: both outcomes must be compared"
 
 
-@pytest.mark.parametrize("env_id", list(twins()))
+MUJOCO = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")  # no Gymnax twin: each runs as itself
+
+
+@pytest.mark.parametrize("env_id", [e for e in twins() if e not in MUJOCO])
 def test_twins_have_gymnax_spaces_and_time_limits(env_id):
     import gymnax
 
@@ -73,7 +92,13 @@ def test_twins_have_gymnax_spaces_and_time_limits(env_id):
     gymnax_env, params = gymnax.make(env_id)
     envs = script.make_env(env_id, 2)
     try:
-        assert envs.single_action_space.n == gymnax_env.action_space(params).n
+        space, gymnax_space = envs.single_action_space, gymnax_env.action_space(params)
+        if script.continuous(envs):  # the same bounds, which env_step clips the sampled action to
+            assert space.shape == gymnax_space.shape
+            np.testing.assert_array_equal(space.low, gymnax_space.low)
+            np.testing.assert_array_equal(space.high, gymnax_space.high)
+        else:
+            assert space.n == gymnax_space.n
         obs, _ = envs.reset(seed=0)
         assert obs[0].size == np.prod(gymnax_env.observation_space(params).shape)
         assert obs.shape[1:] == tuple(gymnax_env.observation_space(params).shape)
@@ -84,6 +109,23 @@ def test_twins_have_gymnax_spaces_and_time_limits(env_id):
             assert game.game.sticky_action_prob == 0.0
     finally:
         envs.close()
+
+
+def test_mujoco_tasks_are_themselves_with_flat_observations():
+    """The MuJoCo tasks run as Gymnasium registers them: a flat observation, a bounded Box action
+    space and a 1,000-step time limit, and no Gymnax id refers to them."""
+    import gymnax
+
+    script = load(GYMNASIUM_SCRIPTS[0])
+    for env_id in MUJOCO:
+        assert script.TWINS[env_id] == (env_id, {}) and env_id not in gymnax.registered_envs
+        envs = script.make_env(env_id, 2)
+        try:
+            obs, _ = envs.reset(seed=0)
+            assert obs.ndim == 2 and script.continuous(envs), env_id
+            assert np.isfinite(envs.single_action_space.low).all() and envs.envs[0].spec.max_episode_steps == 1000
+        finally:
+            envs.close()
 
 
 def test_time_limit_truncates_alike():
@@ -107,7 +149,7 @@ def test_time_limit_truncates_alike():
     envs.close()
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0"])
 def test_envpool_twins_step_alike(env_id):
     """EnvPool's envs (whose state cannot be set) against Gymnasium's stepped from the state each
     observation gives: the next observation, reward and termination, over 8 envs x 300 steps."""
@@ -118,20 +160,25 @@ def test_envpool_twins_step_alike(env_id):
     single = gym.make(env_id).unwrapped
     to_state = {  # Acrobot observes the cos and sin of its joint angles
         "Acrobot-v1": lambda o: np.array([np.arctan2(o[1], o[0]), np.arctan2(o[3], o[2]), o[4], o[5]]),
+        "Pendulum-v1": lambda o: np.array([np.arctan2(o[1], o[0]), o[2]]),
     }.get(env_id, lambda o: np.asarray(o, np.float64))
+    space = envs.single_action_space
     rng = np.random.default_rng(0)
     obs, _ = envs.reset()
     resetting, ended = np.zeros(8, bool), 0
     for t in range(300):
-        action = rng.integers(envs.single_action_space.n, size=8).astype(np.int32)
+        action = (rng.uniform(space.low, space.high, size=(8, *space.shape)).astype(np.float32)
+                  if isinstance(space, gym.spaces.Box) else rng.integers(space.n, size=8).astype(np.int32))
         next_obs, reward, terminated, truncated, _ = envs.step(action)
         for i in np.flatnonzero(~resetting):  # (a reset step draws a new start state: nothing to compare)
             single.state = to_state(obs[i])
             if hasattr(single, "steps_beyond_terminated"):
                 single.steps_beyond_terminated = None
-            o, r, term, _, _ = single.step(int(action[i]))
+            o, r, term, _, _ = single.step(action[i] if action.ndim > 1 else int(action[i]))
+            if env_id == "Pendulum-v1" and abs(o[2]) >= 8:  # EnvPool's Pendulum moves by the speed
+                continue  # before the limit clips it (old Gym's order), Gymnasium's by the clipped speed
             np.testing.assert_allclose(next_obs[i], o, rtol=1e-4, atol=1e-4, err_msg=f"{env_id} step {t} env {i}")
-            assert (reward[i], terminated[i] or truncated[i] and term) == (r, term), (env_id, t, i)
+            assert (reward[i], terminated[i] or truncated[i] and term) == (pytest.approx(r, rel=1e-5), term), (env_id, t, i)
             ended += term
         obs, resetting = next_obs, terminated | truncated
     envs.close()
@@ -186,7 +233,6 @@ def test_minatar_twins_have_the_same_episode_distributions(env_id):
     import gymnasium as gym
     import gymnax
     import jax
-    from scipy.stats import ks_2samp
 
     episodes, cut = 300, 500
     script = load(GYMNASIUM_SCRIPTS[0])
@@ -225,3 +271,35 @@ def test_minatar_twins_have_the_same_episode_distributions(env_id):
             continue
         p = ks_2samp(ours, np.asarray(theirs)).pvalue
         assert p > 1e-3, f"{env_id}: {name} distributions differ (KS p = {p:.2g})"
+
+
+@pytest.mark.parametrize("env_id,nq", [("HalfCheetah-v5", 9), ("Hopper-v5", 6), ("Walker2d-v5", 9)])
+def test_envpool_mujoco_tasks_step_alike(env_id, nq):
+    """EnvPool's MuJoCo tasks (its own build of the engine) against Gymnasium's, set to the state each
+    observation gives (the joint positions but the x, which no force depends on, and the velocities):
+    the next observation, reward and termination, over 8 envs x 300 random steps. The engines agree to
+    1e-12; Hopper and Walker2d clip their observed velocities at 10, so such a state is not compared."""
+    import gymnasium as gym
+
+    script = load(GYMNASIUM_SCRIPTS[0])
+    envs = script.make_env(env_id, 8, "envpool", seed=0)
+    single = gym.make(script.TWINS[env_id][0]).unwrapped
+    single.reset(seed=0)
+    rng = np.random.default_rng(0)
+    obs, _ = envs.reset()
+    resetting, compared, ended = np.zeros(8, bool), 0, 0
+    for t in range(300):
+        action = rng.uniform(-1, 1, size=(8, *envs.single_action_space.shape)).astype(np.float32)
+        next_obs, reward, terminated, truncated, _ = envs.step(action)
+        for i in np.flatnonzero(~resetting):
+            qpos, qvel = np.concatenate([[0.0], obs[i][:nq - 1]]), obs[i][nq - 1:]
+            if env_id != "HalfCheetah-v5" and np.abs(qvel).max() >= 10:
+                continue
+            single.set_state(qpos, qvel)
+            o, r, term, _, _ = single.step(action[i].astype(np.float64))
+            np.testing.assert_allclose(next_obs[i], o, rtol=1e-6, atol=1e-6, err_msg=f"{env_id} step {t} env {i}")
+            assert (r, term) == (pytest.approx(reward[i], abs=1e-5), bool(terminated[i])), (env_id, t, i)
+            compared, ended = compared + 1, ended + term
+        obs, resetting = next_obs, terminated | truncated
+    envs.close()
+    assert compared > 400 and (ended > 2 or env_id == "HalfCheetah-v5"), (compared, ended)  # both outcomes

@@ -14,7 +14,7 @@ from adapters import adapter_for
 from helpers import GYMNASIUM_SCRIPTS, ROOT, TINY, load, read_json, run, run_ok
 from test_equivalence import MINIBATCH, NUM_ACTIONS, OBS_DIM, problem, rows, shared_args  # noqa: F401
 
-AUTORESET = {"sync": "SameStep", "vector": "NextStep", "envpool": "NextStep"}
+AUTORESET = {"sync": "SameStep", "async": "SameStep", "vector": "NextStep", "envpool": "NextStep"}
 
 
 @pytest.mark.parametrize("vectorization", AUTORESET)
@@ -47,6 +47,32 @@ def test_env_a_vectorization_does_not_offer_is_refused(script, vectorization, en
     assert env_id in err and all(e in err for e in m.VECTORIZATIONS[vectorization]), err
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_async_steps_what_sync_steps(env_id):
+    """A worker process per env changes where the envs step, not what they give: the same seeds and
+    actions give the same steps, bit for bit (Pendulum's normalized), over 450 steps with resets."""
+    m = load(GYMNASIUM_SCRIPTS[0])
+    stepped = {}
+    for vectorization in ("sync", "async"):
+        envs = m.make_env(env_id, 4, vectorization, seed=0)
+        norm = m.Normalizer.start(envs.single_observation_space.shape[0], 4) if m.continuous(envs) else None
+        obs, state = m.env_reset(envs, 0, norm)
+        steps, actions = [obs], np.random.default_rng(1)
+        for _ in range(450):
+            space = envs.single_action_space
+            action = (actions.normal(size=(4, *space.shape)).astype(np.float32) if m.continuous(envs)
+                      else actions.integers(space.n, size=4))
+            state, step = m.env_step(envs, state, action, gamma=0.99)
+            steps.append(step)
+        envs.close()
+        stepped[vectorization] = steps
+    np.testing.assert_array_equal(stepped["sync"][0], stepped["async"][0], err_msg="reset")
+    for t, (a, b) in enumerate(zip(stepped["sync"][1:], stepped["async"][1:])):
+        for field, x, y in zip(a._fields, a, b):
+            np.testing.assert_array_equal(x, y, err_msg=f"{env_id} step {t}: {field}")
+    assert sum(s.episode_length.astype(bool).sum() for s in stepped["sync"][1:]) >= 4, "episodes must end"
+
+
 def test_refused_before_anything_is_written(tmp_path):
     proc = run(GYMNASIUM_SCRIPTS[-1], "--vectorization", "envpool", "--env-id", "Breakout-MinAtar",
                log_dir=tmp_path / "runs")
@@ -59,6 +85,7 @@ def test_bench_offers_what_the_scripts_offer():
     source = (ROOT / "bench.sh").read_text()
     for script in GYMNASIUM_SCRIPTS:
         offered = load(script).VECTORIZATIONS
+        assert offered["async"] == offered["sync"] == tuple(load(script).TWINS), script  # bench.sh offers async every env
         for name, key in (("VECTOR_ENVS", "vector"), ("ENVPOOL_ENVS", "envpool")):
             line = next(x for x in source.splitlines() if f"{name}=(" in x)
             listed = line.split(f"{name}=(")[1].split(")")[0].split()
@@ -92,25 +119,30 @@ def test_reset_steps_weigh_nothing(script, problem):  # noqa: F811
             np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6 * scale, err_msg=net)
 
 
-@pytest.mark.parametrize("backend", ["gymnax", "sync", "vector", "envpool"])
-def test_env_alone_writes_a_run_the_analysis_reads(backend, tmp_path):
+@pytest.mark.parametrize("backend,env_id", [("gymnax", "CartPole-v1"), ("gymnax", "Pendulum-v1"), ("sync", "CartPole-v1"),
+                                            ("async", "Pendulum-v1"), ("vector", "CartPole-v1"),
+                                            ("envpool", "HalfCheetah-v5"), ("mjx", "HalfCheetah-v5")])
+def test_env_alone_writes_a_run_the_analysis_reads(backend, env_id, tmp_path):
     """env_alone.py, the env-scaling chart's env-alone lines: a run directory like the scripts'
-    (run.json, summary.json, one time/rollout per iteration) that analyze.py loads."""
+    (run.json, summary.json, one time/rollout per iteration) that analyze.py loads; random actions
+    in a Box's bounds for the continuous envs, and MJX's HalfCheetah."""
     from analysis import cpuenv, runs
 
-    proc = subprocess.run([sys.executable, str(ROOT / "env_alone.py"), "--backend", backend, "--num-envs", "8",
+    proc = subprocess.run([sys.executable, str(ROOT / "env_alone.py"), "--backend", backend, "--env-id", env_id, "--num-envs", "8",
                            "--num-steps", "16", "--num-iterations", "3", "--log-dir", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = tmp_path.iterdir()
     run = runs.load_run(run_dir)
-    assert (run.variant, run.env_id, run.model) == (f"env-{backend}", "CartPole-v1", "none")
+    assert (run.variant, run.env_id, run.model) == (f"env-{backend}", env_id, "none")
     assert len(run.series("time/rollout")[1]) == 3 and cpuenv.rollout_throughput(run) > 0
 
 
-def test_env_alone_refuses_what_a_backend_does_not_offer(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "env_alone.py"), "--backend", "envpool", "--env-id",
-                           "Breakout-MinAtar", "--log-dir", str(tmp_path / "runs")],
+@pytest.mark.parametrize("backend,env_id,offered", [("envpool", "Breakout-MinAtar", "CartPole-v1"),
+                                                    ("mjx", "CartPole-v1", "HalfCheetah-v5")])
+def test_env_alone_refuses_what_a_backend_does_not_offer(backend, env_id, offered, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "env_alone.py"), "--backend", backend, "--env-id",
+                           env_id, "--log-dir", str(tmp_path / "runs")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "CartPole-v1" in proc.stderr and not (tmp_path / "runs").exists()
+    assert offered in proc.stderr and not (tmp_path / "runs").exists()
