@@ -110,12 +110,13 @@ def mjx_rollouts(m, args: Args):
 
     cpu_env = gym.make(args.env_id).unwrapped
     model, frame_skip = mjx.put_model(cpu_env.model), cpu_env.frame_skip
+    low, high = cpu_env.action_space.low, cpu_env.action_space.high
     physics_step = jax.vmap(mjx.step, in_axes=(None, 0))
 
     @jax.jit
     def rollout(data, key):
         def step(data, key):
-            ctrl = jax.random.uniform(key, data.ctrl.shape, minval=-1.0, maxval=1.0)
+            ctrl = jax.random.uniform(key, data.ctrl.shape, minval=low, maxval=high)  # the action space's bounds
             data = jax.lax.fori_loop(0, frame_skip, lambda _, d: physics_step(model, d), data.replace(ctrl=ctrl))
             return data, data.qpos.sum() + data.qvel.sum()  # what an observation reads
 

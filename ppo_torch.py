@@ -100,7 +100,7 @@ class Args:
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
 # the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
-# (ppo_continuous_action.py) for continuous ones, with which HalfCheetah learns in 1M steps (docs/method.md)
+# (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
 DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
             True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
 
