@@ -156,8 +156,7 @@ def main():
         for tag in ("time/iteration", "time/rollout"):
             writer.add_scalar(tag, seconds, (i + 1) * args.num_envs * args.num_steps)
     writer.close()
-    summary = {"variant": variant, "env_id": args.env_id, "model": "none", "seed": args.seed,
-               "num_iterations": args.num_iterations, "time/total": time.time() - START_TIME,
+    summary = {"time/total": time.time() - START_TIME,  # what ran is in run.json, as the scripts'
                "env_steps_per_second": args.num_envs * args.num_steps / float(np.mean(times[1:] or times))}
     Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"{run_dir}: {summary['env_steps_per_second']:,.0f} env steps per second")

@@ -626,25 +626,20 @@ class RunLog:
             write(f"losses/{name}", stats[name].mean(), step)  # the mean over agents
             for agent, value in enumerate(stats[name]):
                 write(f"losses/{name}/agent{agent}", value, step)
-        memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "memory/peak_device_mb": peak_device_mb()}
-        for name, value in memory.items():
-            if value is not None:
-                write(name, value, step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
+            write("memory/peak_device_mb", device_mb, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
         return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
 
     def evaluation(self, returns) -> dict:
-        """eval/episodic_return/agent<i>: each of agent i's evaluation episodes (step = episode), and the mean."""
+        """eval/episodic_return/agent<i>: each of agent i's evaluation episodes (step = episode)."""
         returns = np.asarray(returns, dtype=float).reshape(self.args.num_agents, -1)  # (agents, episodes)
         for agent, agent_returns in enumerate(returns):
             for episode, episodic_return in enumerate(agent_returns):
                 self.writer.add_scalar(f"eval/episodic_return/agent{agent}", episodic_return, episode)
-        mean = float(returns.mean()) if returns.size else None
-        if returns.size:
-            self.writer.add_scalar("eval/episodic_return_mean", mean, self.args.num_iterations * self.args.num_envs
-                                   * self.args.num_steps)
-        return {"eval/episodic_return": mean, "eval/episodic_returns": returns.tolist() if returns.size else None}
+        return {"eval/episodic_return": float(returns.mean()) if returns.size else None,
+                "eval/episodic_returns": returns.tolist() if returns.size else None}
 
     def final_returns(self) -> list:
         """Each agent's mean return of the episodes that ended in the last 10 iterations."""
@@ -659,16 +654,10 @@ class RunLog:
         return float(np.mean(returns)) if returns else None
 
     def summary(self) -> dict:
-        """summary.json, written last: the whole run's time and its final return (each iteration's times are
-        in the event file, from which analyze.py reads benchback-rl's overhead buckets)."""
-        args = self.args
-        return {
-            "time/total": time.time() - START_TIME,
-            "charts/episodic_return_final": self.final_return(),
-            "charts/episodic_return_final_per_agent": self.final_returns(),
-            "variant": self.variant, "env_id": args.env_id, "model": args.model,
-            "seed": args.seed, "num_iterations": args.num_iterations, "num_agents": args.num_agents,
-        }
+        """summary.json, written last: the whole run's time and its final return (what ran is in run.json;
+        each iteration's times are in the event file, from which analyze.py reads the overhead buckets)."""
+        return {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return(),
+                "charts/episodic_return_final_per_agent": self.final_returns()}
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):

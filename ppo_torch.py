@@ -654,24 +654,19 @@ class RunLog:
         write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
         for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
             write(f"losses/{name}", stats[name], step)
-        memory = {"memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "memory/peak_device_mb": peak_device_mb()}
-        for name, value in memory.items():
-            if value is not None:
-                write(name, value, step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
+            write("memory/peak_device_mb", device_mb, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
         return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
 
     def evaluation(self, returns) -> dict:
-        """eval/episodic_return: each evaluation episode's return (step = episode), and their mean."""
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
         returns = [float(r) for r in returns]
         for episode, episodic_return in enumerate(returns):
             self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
-        mean = float(np.mean(returns)) if returns else None
-        if returns:
-            self.writer.add_scalar("eval/episodic_return_mean", mean, self.args.num_iterations * self.args.num_envs
-                                   * self.args.num_steps)
-        return {"eval/episodic_return": mean, "eval/episodic_returns": returns or None}
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
 
     def final_return(self):
         """Mean return of the episodes that ended in the last 10 iterations."""
@@ -679,15 +674,9 @@ class RunLog:
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
 
     def summary(self) -> dict:
-        """summary.json, written last: the whole run's time and its final return (each iteration's times are
-        in the event file, from which analyze.py reads benchback-rl's overhead buckets)."""
-        args = self.args
-        return {
-            "time/total": time.time() - START_TIME,
-            "charts/episodic_return_final": self.final_return(),
-            "variant": self.variant, "env_id": args.env_id, "model": args.model,
-            "seed": args.seed, "num_iterations": args.num_iterations,
-        }
+        """summary.json, written last: the whole run's time and its final return (what ran is in run.json;
+        each iteration's times are in the event file, from which analyze.py reads the overhead buckets)."""
+        return {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return()}
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):

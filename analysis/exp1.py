@@ -99,7 +99,7 @@ def runs_behind(runs) -> str:
         sel = [r for r in runs if r.model == model and r.variant == REFERENCE]
         if sel:
             envs, seeds = {r.env_id for r in sel}, {r.seed for r in sel}
-            iterations = sorted({r.summary["num_iterations"] for r in sel})
+            iterations = sorted({r.num_iterations for r in sel})
             where = f"{len(envs)} envs" if len(envs) > 1 else next(iter(envs))
             parts.append(f"{model}: {where} × {len(seeds)} seed{'s' * (len(seeds) > 1)}, "
                          f"{'/'.join(map(str, iterations))} iterations")

@@ -121,7 +121,7 @@ def craftax_learning_section(runs, out):
         if not len(steps):
             continue
         tenth = max(1, len(returns) // 10)
-        rows.append([r.env_id, r.variant, r.model, r.summary["num_iterations"], int(steps[-1]),
+        rows.append([r.env_id, r.variant, r.model, r.num_iterations, int(steps[-1]),
                      float(np.mean(returns[:tenth])), float(np.mean(returns[-tenth:])), r.summary.get("time/total")])
         ax.plot(steps, returns, color=color(r.variant), label=f"{r.variant}, {r.env_id}", lw=1)
     ax.set(xlabel="env steps", ylabel="episodic return", title="Learning Craftax (one run each)")

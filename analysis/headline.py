@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from . import agents, cpuenv, expensive
+from . import agents, continuous, cpuenv, expensive
 from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import NAMES, color, fmt, name, variant_order
 from .runs import EXPERIMENTS
@@ -30,7 +30,7 @@ def study_section(runs, skipped, out):
         for model in MODELS:
             sel = [r for r in runs if r.experiment == exp and r.model == model]
             if sel:
-                its = sorted({r.summary["num_iterations"] for r in sel})
+                its = sorted({r.num_iterations for r in sel})
                 rows.append([exp, model, len(sel), len({r.env_id for r in sel}), len({r.variant for r in sel}),
                              len({r.seed for r in sel}), "/".join(map(str, its))])
     out.table("What ran", ["experiment", "model", "runs", "envs", "variants", "seeds", "iterations"], rows,
@@ -60,7 +60,7 @@ def sessions_table(runs, out):
 
 
 
-def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
+def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_runs, out):
     """README's table: each variant's steady-state time against Linen's at each model size."""
     models = models_in(exp1)
     variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
@@ -84,6 +84,7 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, out):
                      if bucket_means(exp1, v, "small")]
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
     rows += cpuenv.headline_rows(cpuenv_runs) + agents.headline_rows(agent_runs) + expensive.headline_rows(expensive_runs)
+    rows += continuous.headline_rows(continuous_runs)
     out.table("What else a user weighs (small model)", ["", "measured"], rows, block="headline-more")
     plot_headline(exp1, models, variants, out)
 
@@ -119,7 +120,7 @@ def plot_headline(exp1, models, variants, out):
     for m in models:
         sel = [r for r in exp1 if r.model == m and r.variant == REFERENCE]
         envs, seeds = len({r.env_id for r in sel}), len({r.seed for r in sel})
-        its = "/".join(map(str, sorted({r.summary["num_iterations"] for r in sel})))
+        its = "/".join(map(str, sorted({r.num_iterations for r in sel})))
         labels.append(f"{m} model\n{envs} env{'s' * (envs > 1)} × {seeds} seed{'s' * (seeds > 1)}\n{its} iterations\n"
                       f"= {len(sel)} run{'s' * (len(sel) > 1)} per bar")
     ax.set_xticks(range(len(models)), labels)

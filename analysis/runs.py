@@ -32,6 +32,10 @@ class Run:
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
     calibration: dict | None = None  # its session's calibrate.py measurements, where bench.sh made them
 
+    @property
+    def num_iterations(self) -> int:
+        return self.info["args"]["num_iterations"]
+
     def series(self, tag):
         return self.scalars.get(tag, (np.array([]), np.array([]), np.array([])))
 
@@ -63,8 +67,8 @@ def load_run(run_dir: Path) -> Run:
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
         args = info["args"]
-        run = Run(run_dir, summary["variant"], summary["env_id"], summary["model"], int(summary["seed"]),
-                  bool(args["sync_timing"]), summary, info)
+        run = Run(run_dir, info["variant"], args["env_id"], args["model"], int(args["seed"]),
+                  bool(args["sync_timing"]), summary, info)  # what ran: run.json, written at the start
         run.experiment = experiment_of(run)
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"corrupt summary.json or run.json ({type(e).__name__}: {e})")

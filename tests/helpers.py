@@ -28,8 +28,7 @@ TINY = [a for name, value in TINY_ARGS.items() for a in (f"--{name.replace('_', 
 STEADY = ["--num-iterations", "18"]  # after TINY: the fewest iterations with a steady state (analyze.py)
 
 SUMMARY_KEYS = {
-    "time/total", "charts/episodic_return_final", "variant", "env_id", "model", "seed", "num_iterations",
-    "saved_model", "eval/episodic_return", "eval/episodic_returns",
+    "time/total", "charts/episodic_return_final", "saved_model", "eval/episodic_return", "eval/episodic_returns",
 }
 TAGS = {
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -37,7 +36,7 @@ TAGS = {
     "losses/explained_variance", "time/iteration", "memory/peak_rss_mb",
 }
 SYNC_TAGS = {"time/rollout", "time/update"}
-AGENT_SUMMARY_KEYS = SUMMARY_KEYS | {"num_agents", "charts/episodic_return_final_per_agent"}
+AGENT_SUMMARY_KEYS = SUMMARY_KEYS | {"charts/episodic_return_final_per_agent"}
 
 
 def summary_keys(script: str) -> set[str]:

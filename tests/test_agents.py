@@ -72,7 +72,7 @@ def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, si
     run_dir = agent_runs(script, toggles)
     env = CONTINUOUS if toggles == CONTINUOUS else ()
     summary, logged = read_json(run_dir / "summary.json"), scalars(run_dir)
-    assert summary["num_agents"] == RUN_AGENTS and len(summary["charts/episodic_return_final_per_agent"]) == RUN_AGENTS
+    assert len(summary["charts/episodic_return_final_per_agent"]) == RUN_AGENTS
     for agent in range(RUN_AGENTS):
         alone, alone_summary = single_runs(SINGLE[script], SEED + agent, env)
         for tag in PER_AGENT_TAGS:

@@ -110,7 +110,8 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
     assert (env_id, model, seed) == ("CartPole-v1", "small", "s1") and stamp.isdigit()
 
     info = read_json(run_dir / "run.json")
-    assert info["variant"] == variant and info["args"]["num_envs"] == 4
+    assert info["variant"] == variant and info["args"]["num_envs"] == 4  # what ran: analyze.py reads it here
+    assert (info["args"]["env_id"], info["args"]["seed"], info["args"]["num_iterations"]) == ("CartPole-v1", 1, 10)
     assert info["args"]["learning_rate"] == ACTION_SPACE_DEFAULTS[False]["learning_rate"]  # what ran, not None
     # full float32 matmuls, as each framework in the process reports it back
     assert info["matmul_precision"] == {fw: FLOAT32[fw] for fw in frameworks(script)}
@@ -131,7 +132,6 @@ def test_tiny_run_writes_the_contract(script, tiny_runs):
 
     summary = read_json(run_dir / "summary.json")
     assert set(summary) == summary_keys(script) == set(read_json(tiny_runs[script][1] / "summary.json"))
-    assert summary["variant"] == variant and summary["num_iterations"] == 10 and summary["seed"] == 1
     assert summary["time/total"] > 0
     assert summary["charts/episodic_return_final"] > 0
 
@@ -177,11 +177,10 @@ def test_save_then_load_and_evaluate_from_the_command_line(script, tiny_runs, tm
     # the same greedy policy on the same fresh envs: the same returns, only if the weights came back
     assert again["eval/episodic_returns"] == summary["eval/episodic_returns"]
     assert again["eval/episodic_return"] == pytest.approx(np.mean(summary["eval/episodic_returns"]))
-    assert again["num_iterations"] == 0 and again["saved_model"] is None
+    assert again["saved_model"] is None
     logged = scalars(loaded)
     assert "time/iteration" not in logged  # no iteration ran
     assert [value for _, value in logged["eval/episodic_return"]] == again["eval/episodic_returns"]
-    assert logged["eval/episodic_return_mean"][0][1] == pytest.approx(again["eval/episodic_return"])
 
 
 FLOAT32 = {"jax": "float32", "torch": "highest"}  # full float32 matmuls, in each framework's words

@@ -20,7 +20,8 @@ CASES = [(s, AGENTS.get(s, ("--num-agents", "2")) if s in AGENT_SCRIPTS else ())
 @pytest.mark.parametrize("script,toggles", CASES, ids=[" ".join((s, *t)) for s, t in CASES])
 def test_learns_cartpole_with_defaults(script, toggles, tmp_path):
     """(The CPU-env torch script also with each next-step vectorization: its masked reset steps.)"""
-    summary = read_json(run_ok(script, *toggles, log_dir=tmp_path) / "summary.json")
-    assert summary["num_iterations"] == 100 and summary["env_id"] == "CartPole-v1"
+    run_dir = run_ok(script, *toggles, log_dir=tmp_path)
+    summary, args = read_json(run_dir / "summary.json"), read_json(run_dir / "run.json")["args"]
+    assert args["num_iterations"] == 100 and args["env_id"] == "CartPole-v1"
     assert summary["charts/episodic_return_final"] >= 400, summary
     assert all(r >= 400 for r in summary.get("charts/episodic_return_final_per_agent", [])), summary
