@@ -23,7 +23,7 @@ from rich.table import Table
 
 from analysis import docs
 from analysis.agents import agents_section
-from analysis.continuous import continuous_learning_section
+from analysis.continuous import continuous_learning_section, continuous_section
 from analysis.cpuenv import cpuenv_section, envscale_section
 from analysis.envs import BENCHBACK_RL_ENVS, complexity, env_times
 from analysis.expensive import craftax_learning_section, expensive_section
@@ -71,7 +71,7 @@ def report(args: Report) -> int:
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
      continuous_learning) = map(of, EXPERIMENTS)  # in order
     if exp1:
-        headline_section(exp1, cpuenv, agents, expensive, o)
+        headline_section(exp1, cpuenv, agents, expensive, continuous, o)
     o.heading("The study")
     study_section(runs, skipped, o)
     if times:
@@ -95,6 +95,8 @@ def report(args: Report) -> int:
         expensive_section(expensive, times, o)
     if craftax_learning:
         craftax_learning_section(craftax_learning, o)
+    if continuous:
+        continuous_section(continuous, o)
     if continuous_learning:
         continuous_learning_section(continuous_learning, o)
     if tuning:

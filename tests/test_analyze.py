@@ -22,13 +22,12 @@ def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False
 
     run_dir = root / f"{env_id}__{variant}__{model}__s{seed}__{1_000_000 + seed}"
     run_dir.mkdir(parents=True)
-    info = {"args": {"env_id": env_id, "model": model, "seed": seed, "sync_timing": synced, **args},
+    info = {"args": {"env_id": env_id, "model": model, "seed": seed, "sync_timing": synced,
+                     "num_iterations": len(iterations), **args},
             "variant": variant, "versions": {"python": "3.11", "jax": "0.10.2"}, "device": device,
             "cpu": "Test CPU", "start_time": 1000.0 - STARTUP, **({"session": session} if session else {})}
     (run_dir / "run.json").write_text(json.dumps(info))
-    summary = {
-        "time/total": total, "charts/episodic_return_final": final_return, "variant": variant, "env_id": env_id, "model": model, "seed": seed,
-        "num_iterations": len(iterations)}
+    summary = {"time/total": total, "charts/episodic_return_final": final_return}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     writer = Writer(str(run_dir))
     for i, seconds in enumerate(iterations):
@@ -530,3 +529,38 @@ def test_continuous_learning_against_the_bars(tmp_path):
     report = (out / "REPORT.md").read_text()
     assert "## Learning continuous control" in report and (out / "continuous_learning.png").exists()
     assert "| Pendulum-v1 | linen | 2 |" in report and not (out / "envtime.json").exists()
+
+
+def test_continuous_timing_against_linen_and_the_c_engine(tmp_path):
+    """bench.sh's continuous folder: each variant over its group's Linen per repeat (the Gymnax group's and
+    the CPU-env group's), the rollout's share, each env alone against the C engine, and README's lines."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "out"
+    for seed in (1, 2, 3):
+        folder = runs_dir / "continuous" / f"r{seed}"
+        for variant, env, factor in (("linen", "Pendulum-v1", 1), ("torch", "Pendulum-v1", 2),
+                                     ("linen_gymnasium", "HalfCheetah-v5", 1), ("torch_gymnasium", "HalfCheetah-v5", 3)):
+            fake_run(folder, variant, env, "small", seed, 10.0, [x * factor for x in ITERATIONS], synced=True,
+                     rollout_share=0.5 if factor == 1 else 0.25)
+        for backend, seconds in (("env-sync", 0.5), ("env-mjx", 10.0)):  # 32 x 128 steps per iteration
+            fake_run(folder, backend, "HalfCheetah-v5", "none", seed, 10.0, [60.0] + [seconds] * 3, synced=True,
+                     rollout_only=True, num_envs=32, num_steps=128)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    assert {r.experiment for r in loaded} == {"continuous"}
+    jax_env = continuous.ratio_rows(loaded, "linen", continuous.GROUPS["linen"])
+    assert jax_env == [["Pendulum-v1", "small", 0.5, 0.5, "not run", "not run", "not run",
+                        "2.00x (2.00–2.00, n = 3)", "not run"]]
+    cpu_env = continuous.ratio_rows(loaded, "linen_gymnasium", continuous.GROUPS["linen_gymnasium"])
+    assert cpu_env[0][:4] == ["HalfCheetah-v5", "small", 0.5, 0.5] and cpu_env[0][6] == "3.00x (3.00–3.00, n = 3)"
+    variants, shares = continuous.share_rows(loaded)
+    assert shares[0][2 + variants.index("torch_gymnasium")] == pytest.approx(0.25)
+    alone = {row[1]: row for row in continuous.env_alone_rows(loaded)}
+    assert alone["env-sync"][2] == "8.19e+03 (8.19e+03–8.19e+03, n = 3)" and alone["env-mjx"][3] == pytest.approx(0.05)
+    lines = dict(continuous.headline_rows(loaded))
+    assert lines["continuous actions, Pendulum-v1: PyTorch, eager / Linen, Gymnax env (whole iteration)"] == \
+        "2.00x (2.00–2.00, n = 3)"
+    assert lines["HalfCheetah-v5 alone: MJX (MuJoCo in JAX) / the C engine, env steps per second on this CPU"] == \
+        "0.050x (410 against 8,192)"
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "## Continuous actions: time" in report and (out / "continuous_env_alone.png").exists()
