@@ -58,7 +58,8 @@ Options
                      only if the list has Acrobot-v1; cpuenv and envscale keep the listed
                      envs that have a CPU twin, expensive its listed envs; the warm-up always
                      runs
-  --variants LIST    comma list of variants (see below) to run instead of each experiment's own
+  --variants LIST    comma list of variants (see below) to run instead of each experiment's own;
+                     agents, tuning and the continuous presets keep the listed ones of their own
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
   --experiments LIST comma list of experiments (a subset of the preset's)
   --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048)
@@ -290,7 +291,7 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous*) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi

@@ -10,7 +10,7 @@ from .cpuenv import rollout_throughput
 from .expensive import ITERATION, rollout_share
 from .learning import plot_learning_curves
 from .output import color, variant_order
-from .stats import median_of, median_range, pair_ratios, sessions_note
+from .stats import MODELS, median_of, median_range, pair_ratios, sessions_note
 
 GROUPS = {  # the yardstick of each group of variants, and the others, as bench.sh continuous runs them
     "linen": ("nnx", "nnx_cached", "equinox", "torch", "torch_compile"),  # the env in JAX (Gymnax)
@@ -123,9 +123,11 @@ def plot_env_alone(runs, out):
 
 
 def continuous_section(runs, out):
+    ran = [m for m in MODELS if any(r.model == m for r in runs)]  # what ran (the preset has small and medium)
+    models = f"the {' and '.join(ran)} model{'s' * (len(ran) > 1)}"
     out.heading("Continuous actions: time",
                 "The six Gymnax variants on Pendulum-v1 and MountainCarContinuous-v0, the CPU-env scripts "
-                "(each vectorization) on Pendulum-v1 and MuJoCo's HalfCheetah-v5, small and medium, 20 synced "
+                f"(each vectorization) on Pendulum-v1 and MuJoCo's HalfCheetah-v5, {models}, 20 synced "
                 "iterations of the continuous defaults, and each env stepped alone; each repeat's runs in a "
                 "shuffled order (`bash bench.sh continuous --repeats 3`). Steady state: iterations 8..end.",
                 sessions_note(runs))

@@ -169,14 +169,18 @@ def sessions_below(root: Path) -> dict[str, dict]:
 def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
     """Packs what the report reads of every complete run (run.json, summary.json, the event
     files; not console logs) and the sessions' calibrations into one .tar.xz, with the list of
-    the runs it left out (partial, corrupt), which the report counts as skipped: (runs packed,
-    runs left out with why)."""
+    the runs it left out (partial, corrupt), which the report counts as skipped, and those an
+    unpacked archive among the roots had left out: (runs packed, runs left out with why)."""
     count, left_out = 0, []
     with tarfile.open(archive, "w:xz", preset=9) as tar:
         for root in map(Path, roots):
             inside = lambda f: str(root.resolve().name / f.relative_to(root))
             runs, skipped = runs_below(root)
             left_out += [(Path(inside(path)), why) for path, why in skipped]
+            listed = root.resolve().parent / LEFT_OUT  # an unpacked archive's, beside the folders it packed
+            if listed.exists():  # packed again (a study that grows): what it left out of this folder stays listed
+                left_out += [(Path(path), why) for path, why in json.loads(listed.read_text())
+                             if Path(path).parts[0] == root.resolve().name]
             for run in runs:
                 for f in sorted([run.path / "run.json", run.path / "summary.json", *run.path.glob("*tfevents*")]):
                     tar.add(f, arcname=inside(f))

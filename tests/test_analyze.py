@@ -309,6 +309,15 @@ def test_archive_reads_as_the_folder(synthetic, tmp_path):
     same = folder_report.index("## Skipped runs")
     assert folder_report[3:same] == archive_report[3:same] and same > 50
 
+    # unpacked and packed again (a study that grows), the partial run is still listed as left out
+    unpacked = tmp_path / "unpacked"
+    tarfile.open(tarball).extractall(unpacked, filter="data")
+    again = tmp_path / "again.tar.xz"
+    proc = analyze("archive", unpacked / "runs", "--out", again)
+    assert proc.returncode == 0, proc.stderr
+    listed = json.loads(tarfile.open(again).extractfile(runs.LEFT_OUT).read())
+    assert [path for path, _ in listed] == [f"runs/{partial.name}"], listed
+
 
 def test_findings_and_learning_parity_by_hand(tmp_path):
     """benchback-rl's findings table and the parity tests, on runs whose times and returns are known."""

@@ -128,6 +128,11 @@ def test_continuous_presets():
     pendulum = planned("continuous", "--envs", "Pendulum-v1", "--iterations", "30")
     pendulum = [line for line in pendulum if "env_alone.py" not in line]
     assert len(pendulum) == 6 * 2 + 6 * 2 and all(line.endswith("--num-iterations 30") for line in pendulum)
+    # --variants keeps the listed ones of each list: no Gymnax script is planned on HalfCheetah, no env alone
+    kept = planned("continuous", "--variants", "nnx,torch_gymnasium-envpool", "--models", "medium")
+    assert sorted((line.split()[3], re.search(r"--env-id (\S+)", line)[1]) for line in kept) == [
+        ("ppo_nnx.py", "MountainCarContinuous-v0"), ("ppo_nnx.py", "Pendulum-v1"),
+        ("ppo_torch_gymnasium.py", "HalfCheetah-v5"), ("ppo_torch_gymnasium.py", "Pendulum-v1")]
     learning = planned("continuous-learning", "--repeats", "3")
     assert len(learning) == 3 * (6 + 2) and not any("--sync-timing" in line for line in learning)
     cheetah = [line for line in learning if "HalfCheetah-v5" in line]
