@@ -3,6 +3,7 @@ blocks that README.md and docs/ show, and the charts with a caption saying what 
 
 import math
 import sys
+import zlib
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +22,8 @@ VARIANT_COLORS = {
     "linen_gymnasium-nojit": "#dbdb8d", "torch_gymnasium-async": "#5f9ea0", "linen_gymnasium-async": "#a0a01a",
     # N agents in one process: the colour of the single-agent script they batch
     "linen_agents": "#1f77b4", "nnx_agents": "#ff7f0e", "torch_agents": "#9467bd", "torch_agents_compile": "#8c564b",
+    # an env stepped alone (env_alone.py): in JAX like Linen's env, then the CPU's ways, MJX apart
+    "env-gymnax": "#1f77b4", "env-sync": "#7f7f7f", "env-async": "#5f9ea0", "env-envpool": "#bcbd22", "env-mjx": "#d62728",
 }
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 # what each variant compiles, in the tables' words; torch_compile's depends on the run (compile_scope)
@@ -55,7 +58,7 @@ def color(variant: str) -> str:
         return VARIANT_COLORS[variant]
     import matplotlib
 
-    return matplotlib.colormaps["tab20b"](abs(hash(variant)) % 20)
+    return matplotlib.colormaps["tab20b"](zlib.crc32(variant.encode()) % 20)  # str hash() differs per process
 
 
 def fmt(x, digits=3) -> str:
