@@ -1,6 +1,6 @@
-"""The slowest test file first. Under pytest-xdist (the README's `-n 2 --dist loadfile`) one
-worker then starts the learning runs while the other takes every other file, instead of the
-learning runs coming last and running alone.
+"""The slowest test files first: the learning runs, in two files. Under pytest-xdist (the README's
+`-n 2 --dist loadfile`) each worker then starts with half of them and the rest is shared out
+after, instead of the learning runs coming last, or all on one worker, and running alone.
 
 One persistent JAX compilation cache for the session, shared by both workers and every script
 the tests start: the tests run the same tiny programs many times, in fresh processes and fresh
@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 
-FIRST = "test_learning.py"
+FIRST = ("test_learning.py", "test_learning_more.py")
 CACHE = "JAX_COMPILATION_CACHE_DIR"
 
 
@@ -36,4 +36,4 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name != FIRST)  # a stable sort: the rest keep their order
+    items.sort(key=lambda item: item.path.name not in FIRST)  # a stable sort: the rest keep their order
