@@ -1,6 +1,7 @@
-"""The slowest test files first: the learning runs, in two files. Under pytest-xdist (the README's
-`-n 2 --dist loadfile`) each worker then starts with half of them and the rest is shared out
-after, instead of the learning runs coming last, or all on one worker, and running alone.
+"""The learning runs, the slowest tests, are in two files so that the two workers of the README's
+`-n 2 --dist loadfile` share them. The sort below puts them first in the collection, but xdist's
+loadfile scheduler orders files by their number of tests (its loadscopereorder), so they still run
+last; turning that off is the next step for the suite's time, not yet measured.
 
 One persistent JAX compilation cache for the session, shared by both workers and every script
 the tests start: the tests run the same tiny programs many times, in fresh processes and fresh
