@@ -564,17 +564,12 @@ def update(batch: Batch, model: ActorCritic, opt_state, shuffle_key, tx, args: A
 
 
 # %% training loop with logging
-def versions() -> dict:
-    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
-    packages = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch")
-    return {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in packages}}
-
-
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch")
 THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
 
 
 def machine() -> dict:
-    """What a time depends on besides the code: the CPU, its load as the run starts, the threads."""
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
     try:
         with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
             cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
@@ -582,7 +577,9 @@ def machine() -> dict:
     except OSError:
         cpu = {}
     threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-    return {"cpu": cpu.get("model name", platform.processor()),
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
             "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
             "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
             "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
@@ -602,10 +599,9 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
             stamp += 1
         except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
             fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
-    info = {"args": asdict(args), "variant": variant, "versions": versions(), "matmul_precision": precision,
-            "device": device, **machine(), "start_time": START_TIME}
     with open(os.path.join(run_dir, "run.json"), "w") as f:
-        json.dump(info, f, indent=2)
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
     return run_dir
 
 
@@ -654,11 +650,6 @@ class RunLog:
         """Mean return of the episodes that ended in the last 10 iterations."""
         count = sum(n for n, _ in self.episodes[-10:])
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
-
-    def summary(self) -> dict:
-        """summary.json, written last: the whole run's time and its final return (what ran is in run.json;
-        each iteration's times are in the event file, from which analyze.py reads the overhead buckets)."""
-        return {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return()}
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
@@ -714,6 +705,7 @@ RANGES = {  # every numeric argument's valid values, checked before anything is 
     ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
     "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
     "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+    "two values in [0, 1)": (("adam_betas",), lambda x: all(0 <= beta < 1 for beta in x)),
 }
 
 
@@ -722,8 +714,6 @@ def check_args(args: Args):
         for name in names:  # (None: the action space's default, set by with_defaults)
             if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
-    if not all(0 <= beta < 1 for beta in args.adam_betas):
-        fail(f"adam_betas must be two values in [0, 1), got {args.adam_betas}")
 
 
 def with_defaults(args: Args, continuous_actions: bool) -> Args:
@@ -755,7 +745,8 @@ def main():
     log = RunLog(writer, args, variant)
     try:
         model, opt_state, norm = train(args, env, env_params, log, saved)
-        summary = log.summary()  # the timed part ends here: saving and evaluating come after it
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
         summary["saved_model"] = save_model(run_dir, model, opt_state, norm, args) if args.save_model else None
         returns = []
         if args.eval_episodes:  # fresh envs: the seed key's fifth split (training takes four at most)
