@@ -2,13 +2,23 @@
 categorical over logits, or CleanRL's Gaussian with a state-independent log-std), its gradients
 (written out by hand), global-norm clipping, Adam, the linear schedule, GAE and the running
 normalization of observations and rewards, in float64 NumPy. Weights are {"actor" | "critic":
-[(kernel (in, out), bias), ...]}, plus "actor_logstd": (action_dim,) for a continuous head."""
+[(kernel (in, out), bias), ...]}, plus "actor_logstd": (action_dim,) for a continuous head. A CNN
+(--model cnn) has one layer per head after a torso both share, applied to NHWC images: "conv":
+[(kernel (kh, kw, in, out), bias), ...] (VALID padding, ReLU each), then "torso": [(kernel, bias)] on
+the features flattened in (h, w, channel) order (ReLU); "cnn" names its layout in CNNS and "image_shape"
+is the (h, w, channels) of the images it takes."""
 
 from typing import NamedTuple
 
 import numpy as np
 
 NETS = ("actor", "critic")
+ORDER = ("conv", "torso", *NETS)  # of the arrays in flat()
+META = ("cnn", "image_shape")  # a CNN's: not weights
+# --model cnn: (filters, kernel size, stride) per convolution, the dense layer's width, and the input's
+# scale: MinAtar's own network, and the Nature CNN of CleanRL's ppo_atari_envpool.py (bytes / 255)
+CNNS = {"minatar": {"convs": ((16, 3, 1),), "dense": 128, "scale": 1.0},
+        "nature": {"convs": ((32, 8, 4), (64, 4, 2), (64, 3, 1)), "dense": 512, "scale": 1 / 255}}
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 
 
@@ -24,14 +34,32 @@ def random_weights(rng, obs_dim, hidden, num_actions, continuous=False) -> dict:
     return weights
 
 
+def random_cnn_weights(rng, image_shape, cnn, num_actions) -> dict:
+    """A CNN's weights for (h, w, channels) images, scaled to keep every layer's output near 1."""
+    layout, (h, w, channels) = CNNS[cnn], image_shape
+    weights = {"cnn": cnn, "image_shape": tuple(image_shape), "conv": []}
+    for filters, size, stride in layout["convs"]:
+        fan_in = size * size * channels  # of the scaled input
+        weights["conv"].append((rng.normal(0, 1 / np.sqrt(fan_in), (size, size, channels, filters)).astype(np.float32),
+                                rng.normal(0, 0.1, filters).astype(np.float32)))
+        h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
+    sizes = {"torso": (h * w * channels, layout["dense"]), "actor": (layout["dense"], num_actions),
+             "critic": (layout["dense"], 1)}
+    for net, (i, o) in sizes.items():
+        weights[net] = [(rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32),
+                         rng.normal(0, 0.1, o).astype(np.float32))]
+    return weights
+
+
 def flat(weights) -> np.ndarray:
     logstd = [weights["actor_logstd"].ravel()] if "actor_logstd" in weights else []
-    return np.concatenate([a.ravel() for net in NETS for layer in weights[net] for a in layer] + logstd)
+    layers = [layer for net in ORDER if net in weights for layer in weights[net]]
+    return np.concatenate([a.ravel() for layer in layers for a in layer] + logstd)
 
 
 def unflat(vector, like) -> dict:
-    out, i = {}, 0
-    for net in NETS:
+    out, i = {k: like[k] for k in META if k in like}, 0
+    for net in (net for net in ORDER if net in like):
         out[net] = []
         for kernel, bias in like[net]:
             k = vector[i:i + kernel.size].reshape(kernel.shape)
@@ -62,14 +90,71 @@ def backward(layers, inputs, d_out):
     return grads[::-1]
 
 
+def conv(x, kernel, bias, stride):
+    """A VALID convolution of NHWC images by an HWIO kernel: one matrix product over every patch, shaped
+    (n, out_h, out_w, kh, kw, in); the patches and their index are kept for the backward pass."""
+    kh, kw, _, filters = kernel.shape
+    rows = (np.arange((x.shape[1] - kh) // stride + 1) * stride)[:, None] + np.arange(kh)  # (out_h, kh)
+    cols = (np.arange((x.shape[2] - kw) // stride + 1) * stride)[:, None] + np.arange(kw)  # (out_w, kw)
+    index = (slice(None), rows[:, None, :, None], cols[None, :, None, :])
+    patches = x[index]
+    return patches.reshape(*patches.shape[:3], -1) @ kernel.reshape(-1, filters) + bias, (x.shape, patches, index)
+
+
+def conv_backward(kernel, cache, d_out):
+    """The kernel's, the bias's and the input's gradients from the gradient at a convolution's output."""
+    (x_shape, patches, index), filters = cache, kernel.shape[-1]
+    d_kernel = patches.reshape(-1, kernel.size // filters).T @ d_out.reshape(-1, filters)
+    d_x = np.zeros(x_shape)
+    np.add.at(d_x, index, (d_out @ kernel.reshape(-1, filters).T).reshape(*d_out.shape[:3], *kernel.shape[:3]))
+    return (d_kernel.reshape(kernel.shape), d_out.sum((0, 1, 2))), d_x
+
+
+def network(w, obs):
+    """The actor's output, the value, and what the backward pass needs: two MLPs, or a CNN."""
+    if "cnn" not in w:
+        (out, actor_inputs), (value, critic_inputs) = forward(w["actor"], obs), forward(w["critic"], obs)
+        return out, value[:, 0], (actor_inputs, critic_inputs)
+    layout, x, convs = CNNS[w["cnn"]], obs, []
+    x = x * layout["scale"]
+    for (kernel, bias), (_, _, stride) in zip(w["conv"], layout["convs"]):
+        x, cache = conv(x, kernel, bias, stride)
+        x = np.maximum(x, 0)
+        convs.append((cache, x))
+    (torso_kernel, torso_bias), = w["torso"]
+    features = np.maximum(x.reshape(len(x), -1) @ torso_kernel + torso_bias, 0)
+    (out, _), (value, _) = forward(w["actor"], features), forward(w["critic"], features)
+    return out, value[:, 0], (x, convs, features)
+
+
+def network_backward(w, cache, d_out, d_value):
+    """Every weight's gradient, from the gradients at the actor's output and at the value."""
+    if "cnn" not in w:
+        actor_inputs, critic_inputs = cache
+        return {"actor": backward(w["actor"], actor_inputs, d_out),
+                "critic": backward(w["critic"], critic_inputs, d_value[:, None])}
+    x, convs, features = cache
+    grads = {"actor": backward(w["actor"], [features], d_out),
+             "critic": backward(w["critic"], [features], d_value[:, None])}
+    # both heads' gradients meet in the shared torso
+    d_features = (d_out @ w["actor"][0][0].T + d_value[:, None] @ w["critic"][0][0].T) * (features > 0)
+    grads["torso"] = [(x.reshape(len(x), -1).T @ d_features, d_features.sum(0))]
+    d_x, grads["conv"] = (d_features @ w["torso"][0][0].T).reshape(x.shape), []
+    for (kernel, _), (cache, out) in reversed(list(zip(w["conv"], convs))):
+        layer, d_x = conv_backward(kernel, cache, d_x * (out > 0))  # through the ReLU
+        grads["conv"].insert(0, layer)
+    return grads
+
+
 def log_softmax(logits):
     shifted = logits - logits.max(-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
 def as64(weights):
-    return {k: v.astype(np.float64) if k == "actor_logstd" else [(a.astype(np.float64), b.astype(np.float64))
-                                                                 for a, b in v] for k, v in weights.items()}
+    cast = lambda v: [(a.astype(np.float64), b.astype(np.float64)) for a, b in v]
+    return {k: v if k in META else v.astype(np.float64) if k == "actor_logstd" else cast(v)
+            for k, v in weights.items()}
 
 
 def categorical(logits, actions):
@@ -96,9 +181,7 @@ def loss_and_grads(weights, mb, args):
     """PPO's loss (clipped surrogate, clipped value loss, entropy bonus), its statistics, and
     its exact gradient with respect to every weight, in float64."""
     w, n, c = as64(weights), len(mb["obs"]), args.clip_coef
-    logits, actor_inputs = forward(w["actor"], mb["obs"].astype(np.float64))
-    value_out, critic_inputs = forward(w["critic"], mb["obs"].astype(np.float64))
-    value = value_out[:, 0]
+    logits, value, cache = network(w, mb["obs"].astype(np.float64))
     continuous = "actor_logstd" in w
     if continuous:
         logprob, entropy_each, d_logprob, d_entropy = gaussian(logits, w["actor_logstd"], mb["actions"])
@@ -137,8 +220,7 @@ def loss_and_grads(weights, mb, args):
     else:
         d_value = value - mb["returns"]
     d_value *= args.vf_coef / n
-    grads = {"actor": backward(w["actor"], actor_inputs, d_logits),
-             "critic": backward(w["critic"], critic_inputs, d_value[:, None])}
+    grads = network_backward(w, cache, d_logits, d_value)
     if continuous:
         grads["actor_logstd"] = d_logstd
     return loss, stats, grads

@@ -37,13 +37,15 @@ def update_args(script):
                        update_epochs=EPOCHS, num_iterations=UPDATES)
 
 
-def random_batch(rng, weights, return_error: float, size: int = BATCH) -> dict:
+def random_batch(rng, weights, return_error: float, size: int = BATCH, obs=None) -> dict:
     """Old log-probs and values near the current ones, so some ratios and values clip; the size
     of the return errors sets the gradient's norm (3+-4: above max_grad_norm, 0+-0.05: below).
-    The actions: uniform over the logits, or the Gaussian's samples (some beyond the env's [-1, 1])."""
-    obs_dim, num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
-    obs = rng.normal(0, 1, (size, obs_dim)).astype(np.float32)
-    out = ref.forward(ref.as64(weights)["actor"], obs)[0]
+    The actions: uniform over the logits, or the Gaussian's samples (some beyond the env's [-1, 1]).
+    obs: images for a CNN; else standard normal vectors."""
+    num_actions = weights["actor"][-1][0].shape[1]
+    if obs is None:
+        obs = rng.normal(0, 1, (size, weights["actor"][0][0].shape[0])).astype(np.float32)
+    out, values, _ = ref.network(ref.as64(weights), obs)
     if "actor_logstd" in weights:
         logstd = weights["actor_logstd"].astype(np.float64)
         actions = (out + np.exp(logstd) * rng.normal(0, 1, out.shape)).astype(np.float32)
@@ -51,7 +53,7 @@ def random_batch(rng, weights, return_error: float, size: int = BATCH) -> dict:
     else:
         actions = rng.integers(0, num_actions, size).astype(np.int32)
         logprobs = ref.categorical(out, actions)[0]
-    values = ref.forward(ref.as64(weights)["critic"], obs)[0][:, 0] + rng.normal(0, 0.3, size)
+    values = values + rng.normal(0, 0.3, size)
     return {
         "obs": obs, "actions": actions,
         "logprobs": logprobs + rng.normal(0, 0.2, size),
@@ -103,12 +105,28 @@ def unshuffled_updates(problem):
     return ref.optimizer_steps(weights, minibatches_of(batches, UNSHUFFLED), update_args(SCRIPTS[0]), STEPS)
 
 
+def image_batch(cnn: str, size: int = 64):
+    """A CNN's weights and a batch of images: MinAtar's 10x10 grids of 0/1 channels, or Atari's bytes
+    (36x36 rather than 84x84: the Nature CNN's smallest input, to keep the float64 reference quick)."""
+    rng = np.random.default_rng(2)
+    if cnn == "minatar":
+        images = (rng.random((size, 10, 10, 4)) < 0.2).astype(np.float32)
+    else:
+        images = rng.integers(0, 256, (size, 36, 36, 4)).astype(np.float32)
+    weights = ref.random_cnn_weights(rng, images.shape[1:], cnn, NUM_ACTIONS)
+    return weights, random_batch(rng, weights, 4.0, size, images)
+
+
 # ---- the reference itself
-@pytest.mark.parametrize("head", ["categorical", "gaussian"])
+@pytest.mark.parametrize("head", ["categorical", "gaussian", "cnn minatar", "cnn nature"])
 def test_reference_gradients_match_finite_differences(head, problem, continuous_problem):
-    """The hand-written backward pass equals central differences of the float64 loss (the log-std's too)."""
-    weights, (batch, *_) = problem if head == "categorical" else continuous_problem
-    mb = rows(batch, slice(0, MINIBATCH))
+    """The hand-written backward pass equals central differences of the float64 loss (the log-std's
+    too; a CNN's convolutions and shared torso too)."""
+    if head.startswith("cnn"):
+        weights, mb = image_batch(head.split()[1])
+    else:
+        weights, (batch, *_) = problem if head == "categorical" else continuous_problem
+        mb = rows(batch, slice(0, MINIBATCH))
     args = shared_args(SCRIPTS[0])
     rng = np.random.default_rng(1)
     params, grads = ref.flat(ref.as64(weights)), ref.flat(ref.loss_and_grads(weights, mb, args)[2])
