@@ -1,7 +1,8 @@
 """The learning runs, the slowest tests, are in two files so that the two workers of the README's
-`-n 2 --dist loadfile` share them. The sort below puts them first in the collection, but xdist's
-loadfile scheduler orders files by their number of tests (its loadscopereorder), so they still run
-last; turning that off is the next step for the suite's time, not yet measured.
+`-n 2 --dist loadfile` share them, and they start first: the sort below puts them first in the
+collection, and xdist's loadfile scheduler keeps the collection's order of files instead of ordering
+them by their number of tests (its loadscopereorder, on by default, turned off here), so the two
+workers begin with one each and share out the rest while nothing long is left for the end.
 
 One persistent JAX compilation cache for the session, shared by both workers and every script
 the tests start: the tests run the same tiny programs many times, in fresh processes and fresh
@@ -23,6 +24,8 @@ CACHE = "JAX_COMPILATION_CACHE_DIR"
 
 
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # xdist is installed (the README's command uses it)
+        config.option.loadscopereorder = False
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool: inherited by all
     if CACHE not in os.environ:  # set once, by the process that starts the workers: they inherit it
         os.environ[CACHE] = tempfile.mkdtemp(prefix="benchback-jax-cache-")
