@@ -45,8 +45,9 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (discrete or continuous actions, Box observations)"""
-    model: Literal["small", "medium", "large"] = "small"
-    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    model: Literal["small", "medium", "large", "cnn"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6; cnn: a CNN both heads
+    share, for image observations (MinAtar's network on its 10x10 grids, the Nature CNN on 84x84 frames)"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
@@ -99,7 +100,11 @@ class Args:
     """wrap rollout and update in eqx.filter_jit (--no-jit: benchback-rl's "none", each lax.scan compiles per call)"""
 
 
-MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6, "cnn": ()}  # cnn: one-layer heads
+# --model cnn's torso: (filters, kernel size, stride) per convolution, the dense layer's width and the input's
+# scale; MinAtar's own network for its small grids, the Nature CNN of CleanRL's ppo_atari_envpool.py for frames
+CNNS = {"minatar": dict(convs=((16, 3, 1),), dense=128, scale=1.0),
+        "nature": dict(convs=((32, 8, 4), (64, 4, 2), (64, 3, 1)), dense=512, scale=1 / 255)}
 # the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
 # (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
 DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
@@ -312,30 +317,75 @@ class MLP(eqx.Module):
         return self.layers[-1](x)
 
 
+def conv(in_channels: int, filters: int, size: int, stride: int, key) -> eqx.nn.Conv2d:
+    """eqx.nn.Conv2d (no padding: VALID) with orthogonal weights of gain sqrt(2) and zero bias."""
+    weight = jax.nn.initializers.orthogonal(np.sqrt(2), column_axis=0)(key, (filters, in_channels, size, size))
+    layer = eqx.nn.Conv2d(in_channels, filters, size, stride, key=key)
+    return eqx.tree_at(lambda l: (l.weight, l.bias), layer, (weight, jnp.zeros((filters, 1, 1))))
+
+
+class CNN(eqx.Module):
+    """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
+
+    convs: list[eqx.nn.Conv2d]
+    dense: eqx.nn.Linear
+    image_shape: tuple[int, int, int] = eqx.field(static=True)  # (h, w, channels): each flat observation's image
+    scale: float = eqx.field(static=True)
+
+    def __init__(self, image_shape: tuple[int, int, int], convs, dense: int, scale: float, key):
+        (h, w, channels), keys, self.convs = image_shape, jax.random.split(key, len(convs) + 1), []
+        for (filters, size, stride), k in zip(convs, keys):
+            self.convs.append(conv(channels, filters, size, stride, k))
+            h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
+        self.dense = linear(h * w * channels, dense, np.sqrt(2), keys[-1])
+        self.image_shape, self.scale = image_shape, scale
+
+    def __call__(self, x):  # one observation; Equinox's convolutions take (channels, h, w)
+        x = jnp.moveaxis(x.reshape(self.image_shape), -1, 0) * self.scale
+        for layer in self.convs:
+            x = jax.nn.relu(layer(x))
+        return jax.nn.relu(self.dense(x.ravel()))
+
+
 class ActorCritic(eqx.Module):
-    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
-    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
+    """Separate actor and critic MLPs with tanh, or with --model cnn one layer each on a CNN they share;
+    returns (policy, value). The actor gives a categorical's logits, or a Gaussian's mean whose log-std
+    is a parameter of its own (CleanRL's continuous head)."""
 
     actor: MLP
     critic: MLP
     actor_logstd: jax.Array | None  # state-independent
+    cnn: CNN | None
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, continuous: bool, key):
+    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, continuous: bool, key,
+                 cnn: dict | None = None):
         actor_key, critic_key = jax.random.split(key)
-        self.actor = MLP(obs_dim, hidden, num_actions, 0.01, actor_key)
-        self.critic = MLP(obs_dim, hidden, 1, 1.0, critic_key)
+        self.cnn = CNN(obs_shape, **cnn, key=jax.random.fold_in(key, 2)) if cnn else None
+        in_dim = cnn["dense"] if cnn else math.prod(obs_shape)
+        self.actor = MLP(in_dim, hidden, num_actions, 0.01, actor_key)
+        self.critic = MLP(in_dim, hidden, 1, 1.0, critic_key)
         self.actor_logstd = jnp.zeros(num_actions) if continuous else None
 
     def __call__(self, obs):
-        return self.policy(obs), self.value(obs)
+        features = self.features(obs)  # once for both heads
+        return self.head(features), self.value_head(features)
 
-    def policy(self, obs):  # vectorize over every leading (batch) axis
+    def features(self, obs):  # vectorize over every leading (batch) axis
+        return obs if self.cnn is None else jnp.vectorize(self.cnn, signature="(d)->(f)")(obs)
+
+    def head(self, features):
         """(logits, None), or (mean, log-std) broadcast to the mean's shape."""
-        out = jnp.vectorize(self.actor, signature="(d)->(a)")(obs)
+        out = jnp.vectorize(self.actor, signature="(f)->(a)")(features)
         return out, None if self.actor_logstd is None else jnp.broadcast_to(self.actor_logstd, out.shape)
 
+    def value_head(self, features):
+        return jnp.vectorize(self.critic, signature="(f)->(v)")(features)[..., 0]
+
+    def policy(self, obs):
+        return self.head(self.features(obs))
+
     def value(self, obs):
-        return jnp.vectorize(self.critic, signature="(d)->(v)")(obs)[..., 0]
+        return self.value_head(self.features(obs))
 
 
 def sample(key, policy):
@@ -361,8 +411,10 @@ def logprob_entropy(policy, actions):
     return logprob, (0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd).sum(-1)
 
 
-def make_model(key, obs_dim, num_actions, continuous: bool, args: Args):
-    model = ActorCritic(obs_dim, MODELS[args.model], num_actions, continuous, key)
+def make_model(key, obs_shape, num_actions, continuous: bool, args: Args):
+    layout = "nature" if min(obs_shape[:2]) >= 36 else "minatar"  # 36: the smallest frame the Nature CNN takes
+    cnn = CNNS[layout] if args.model == "cnn" else None
+    model = ActorCritic(obs_shape, MODELS[args.model], num_actions, continuous, key, cnn)
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
         optax.clip_by_global_norm(args.max_grad_norm),
@@ -407,11 +459,11 @@ def read_model(path: str, args: Args, env, env_params):
         if meta.get(key, False) != this_run:
             fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
     # Equinox reads leaves into a tree of the same structure: this run's, as shapes only
-    obs_dim, space = math.prod(env.observation_space(env_params).shape), env.action_space(env_params)
+    obs_shape, space = env.observation_space(env_params).shape, env.action_space(env_params)
     num_actions = space.shape[0] if continuous(env, env_params) else space.n
-    model, _, opt_state = eqx.filter_eval_shape(make_model, jax.random.key(0), obs_dim, num_actions,
+    model, _, opt_state = eqx.filter_eval_shape(make_model, jax.random.key(0), obs_shape, num_actions,
                                                 continuous(env, env_params), args)
-    norm = Normalizer.start(obs_dim, 1) if normalizes(args, env, env_params) else None
+    norm = Normalizer.start(math.prod(obs_shape), 1) if normalizes(args, env, env_params) else None
     try:
         model, opt_state, stats = eqx.tree_deserialise_leaves(io.BytesIO(leaves), (model, opt_state, statistics(norm)))
     except Exception:  # truncated: the reader raises many kinds
@@ -656,12 +708,12 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     """Returns the trained model, the optimizer's state and the normalization's statistics (None: not normalized)."""
     def setup(seed, saved_norm):
         init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
-        obs_dim = math.prod(env.observation_space(env_params).shape)
-        norm = Normalizer.start(obs_dim, args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
+        obs_shape = env.observation_space(env_params).shape
+        norm = Normalizer.start(math.prod(obs_shape), args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
         obs, env_state = env_reset(env_key, env, env_params, args.num_envs, norm)
         space = env.action_space(env_params)
         num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
-        model, tx, opt_state = make_model(init_key, obs_dim, num_actions, continuous(env, env_params), args)
+        model, tx, opt_state = make_model(init_key, obs_shape, num_actions, continuous(env, env_params), args)
         return model, tx, opt_state, Runner(runner_key, env_state, obs), shuffle_key
 
     # the reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
@@ -736,6 +788,8 @@ def main():
     check_args(args)
     env, env_params = make_env(args.env_id)
     args = with_defaults(args, continuous(env, env_params))
+    if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args, env, env_params) if args.load_model else None
     variant = variant_name(args)

@@ -44,8 +44,9 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (discrete or continuous actions, Box observations)"""
-    model: Literal["small", "medium", "large"] = "small"
-    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    model: Literal["small", "medium", "large", "cnn"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6; cnn: a CNN both heads
+    share, for image observations (MinAtar's network on its 10x10 grids, the Nature CNN on 84x84 frames)"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
@@ -98,7 +99,11 @@ class Args:
     """wrap rollout and update in jax.jit (--no-jit: benchback-rl's "none", each lax.scan compiles per call)"""
 
 
-MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6, "cnn": ()}  # cnn: one-layer heads
+# --model cnn's torso: (filters, kernel size, stride) per convolution, the dense layer's width and the input's
+# scale; MinAtar's own network for its small grids, the Nature CNN of CleanRL's ppo_atari_envpool.py for frames
+CNNS = {"minatar": dict(convs=((16, 3, 1),), dense=128, scale=1.0),
+        "nature": dict(convs=((32, 8, 4), (64, 4, 2), (64, 3, 1)), dense=512, scale=1 / 255)}
 # the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
 # (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
 DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
@@ -303,13 +308,32 @@ class MLP(nn.Module):
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale), bias_init=zeros)(x)
 
 
+class CNN(nn.Module):
+    """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
+
+    image_shape: tuple[int, int, int]  # (h, w, channels): each flat observation is one such image
+    convs: tuple[tuple[int, int, int], ...]
+    dense: int
+    scale: float
+
+    @nn.compact
+    def __call__(self, x):
+        init = dict(kernel_init=nn.initializers.orthogonal(np.sqrt(2)), bias_init=nn.initializers.zeros)
+        x = x.reshape(*x.shape[:-1], *self.image_shape) * self.scale  # NHWC, the layout Flax's Conv takes
+        for filters, size, stride in self.convs:
+            x = nn.relu(nn.Conv(filters, (size, size), strides=stride, padding="VALID", **init)(x))
+        return nn.relu(nn.Dense(self.dense, **init)(x.reshape(*x.shape[:-3], -1)))
+
+
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
-    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
+    """Separate actor and critic MLPs with tanh, or with --model cnn one layer each on a CNN they share;
+    returns (policy, value). The actor gives a categorical's logits, or a Gaussian's mean whose log-std
+    is a parameter of its own (CleanRL's continuous head)."""
 
     hidden: tuple[int, ...]
     num_actions: int  # logits, or action dimensions
     continuous: bool = False
+    cnn: CNN | None = None
 
     def setup(self):
         self.actor = MLP(self.hidden, self.num_actions, 0.01)
@@ -318,15 +342,21 @@ class ActorCritic(nn.Module):
                              if self.continuous else None)  # state-independent
 
     def __call__(self, obs):
-        return self.policy(obs), self.value(obs)
+        features = self.features(obs)  # once for both heads
+        return self.head(self.actor(features)), self.critic(features)[..., 0]
 
-    def policy(self, obs):
+    def features(self, obs):
+        return obs if self.cnn is None else self.cnn(obs)
+
+    def head(self, out):
         """(logits, None), or (mean, log-std) broadcast to the mean's shape."""
-        out = self.actor(obs)
         return out, None if self.actor_logstd is None else jnp.broadcast_to(self.actor_logstd, out.shape)
 
+    def policy(self, obs):
+        return self.head(self.actor(self.features(obs)))
+
     def value(self, obs):
-        return self.critic(obs)[..., 0]
+        return self.critic(self.features(obs))[..., 0]
 
 
 def sample(key, policy):
@@ -352,9 +382,11 @@ def logprob_entropy(policy, actions):
     return logprob, (0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd).sum(-1)
 
 
-def make_train_state(key, obs_dim, num_actions, continuous: bool, args: Args) -> TrainState:
-    model = ActorCritic(MODELS[args.model], num_actions, continuous)
-    params = model.init(key, jnp.zeros((1, obs_dim), jnp.float32))
+def make_train_state(key, obs_shape, num_actions, continuous: bool, args: Args) -> TrainState:
+    layout = "nature" if min(obs_shape[:2]) >= 36 else "minatar"  # 36: the smallest frame the Nature CNN takes
+    cnn = CNN(obs_shape, **CNNS[layout]) if args.model == "cnn" else None
+    model = ActorCritic(MODELS[args.model], num_actions, continuous, cnn)
+    params = model.init(key, jnp.zeros((1, math.prod(obs_shape)), jnp.float32))
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
         optax.clip_by_global_norm(args.max_grad_norm),
@@ -632,12 +664,12 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     """Returns the trained train state and the normalization's statistics (None: not normalized)."""
     def setup(seed, saved_norm):
         init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
-        obs_dim = math.prod(env.observation_space(env_params).shape)
-        norm = Normalizer.start(obs_dim, args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
+        obs_shape = env.observation_space(env_params).shape
+        norm = Normalizer.start(math.prod(obs_shape), args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
         obs, env_state = env_reset(env_key, env, env_params, args.num_envs, norm)
         space = env.action_space(env_params)
         num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
-        train_state = make_train_state(init_key, obs_dim, num_actions, continuous(env, env_params), args)
+        train_state = make_train_state(init_key, obs_shape, num_actions, continuous(env, env_params), args)
         return train_state, Runner(runner_key, env_state, obs), shuffle_key
 
     # the reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
@@ -712,6 +744,8 @@ def main():
     check_args(args)
     env, env_params = make_env(args.env_id)
     args = with_defaults(args, continuous(env, env_params))
+    if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None
     variant = variant_name(args)

@@ -51,8 +51,9 @@ class Args:
     """a Gymnax environment id, whose Gymnasium twin (same dynamics) runs, or a MuJoCo task: HalfCheetah-v5, Hopper-v5, Walker2d-v5"""
     vectorization: Literal["sync", "async", "vector", "envpool"] = "sync"
     """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
-    model: Literal["small", "medium", "large"] = "small"
-    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    model: Literal["small", "medium", "large", "cnn"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6; cnn: a CNN both heads
+    share, for image observations (MinAtar's network on its 10x10 grids, the Nature CNN on 84x84 frames)"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
@@ -105,7 +106,11 @@ class Args:
     """wrap the policy step, the batch and the update in jax.jit (--no-jit: benchback-rl's "none")"""
 
 
-MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6, "cnn": ()}  # cnn: one-layer heads
+# --model cnn's torso: (filters, kernel size, stride) per convolution, the dense layer's width and the input's
+# scale; MinAtar's own network for its small grids, the Nature CNN of CleanRL's ppo_atari_envpool.py for frames
+CNNS = {"minatar": dict(convs=((16, 3, 1),), dense=128, scale=1.0),
+        "nature": dict(convs=((32, 8, 4), (64, 4, 2), (64, 3, 1)), dense=512, scale=1 / 255)}
 # the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
 # (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
 DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
@@ -294,13 +299,32 @@ class MLP(nn.Module):
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale), bias_init=zeros)(x)
 
 
+class CNN(nn.Module):
+    """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
+
+    image_shape: tuple[int, int, int]  # (h, w, channels): each flat observation is one such image
+    convs: tuple[tuple[int, int, int], ...]
+    dense: int
+    scale: float
+
+    @nn.compact
+    def __call__(self, x):
+        init = dict(kernel_init=nn.initializers.orthogonal(np.sqrt(2)), bias_init=nn.initializers.zeros)
+        x = x.reshape(*x.shape[:-1], *self.image_shape) * self.scale  # NHWC, the layout Flax's Conv takes
+        for filters, size, stride in self.convs:
+            x = nn.relu(nn.Conv(filters, (size, size), strides=stride, padding="VALID", **init)(x))
+        return nn.relu(nn.Dense(self.dense, **init)(x.reshape(*x.shape[:-3], -1)))
+
+
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
-    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
+    """Separate actor and critic MLPs with tanh, or with --model cnn one layer each on a CNN they share;
+    returns (policy, value). The actor gives a categorical's logits, or a Gaussian's mean whose log-std
+    is a parameter of its own (CleanRL's continuous head)."""
 
     hidden: tuple[int, ...]
     num_actions: int  # logits, or action dimensions
     continuous: bool = False
+    cnn: CNN | None = None
 
     def setup(self):
         self.actor = MLP(self.hidden, self.num_actions, 0.01)
@@ -309,15 +333,21 @@ class ActorCritic(nn.Module):
                              if self.continuous else None)  # state-independent
 
     def __call__(self, obs):
-        return self.policy(obs), self.value(obs)
+        features = self.features(obs)  # once for both heads
+        return self.head(self.actor(features)), self.critic(features)[..., 0]
 
-    def policy(self, obs):
+    def features(self, obs):
+        return obs if self.cnn is None else self.cnn(obs)
+
+    def head(self, out):
         """(logits, None), or (mean, log-std) broadcast to the mean's shape."""
-        out = self.actor(obs)
         return out, None if self.actor_logstd is None else jnp.broadcast_to(self.actor_logstd, out.shape)
 
+    def policy(self, obs):
+        return self.head(self.actor(self.features(obs)))
+
     def value(self, obs):
-        return self.critic(obs)[..., 0]
+        return self.critic(self.features(obs))[..., 0]
 
 
 def sample(key, policy):
@@ -343,9 +373,10 @@ def logprob_entropy(policy, actions):
     return logprob, (0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd).sum(-1)
 
 
-def make_train_state(key, obs_dim, num_actions, continuous: bool, args: Args) -> TrainState:
-    model = ActorCritic(MODELS[args.model], num_actions, continuous)
-    params = model.init(key, jnp.zeros((1, obs_dim), jnp.float32))
+def make_train_state(key, obs_shape, num_actions, continuous: bool, args: Args) -> TrainState:
+    cnn = CNN(obs_shape, **CNNS["nature" if min(obs_shape[:2]) >= 36 else "minatar"]) if args.model == "cnn" else None
+    model = ActorCritic(MODELS[args.model], num_actions, continuous, cnn)
+    params = model.init(key, jnp.zeros((1, math.prod(obs_shape)), jnp.float32))
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
         optax.clip_by_global_norm(args.max_grad_norm),
@@ -653,15 +684,15 @@ class RunLog:
 
 def train(args: Args, envs, log: RunLog, saved: dict | None = None):
     """Returns the trained train state and the normalization's statistics (None: not normalized)."""
-    obs_dim, space = math.prod(envs.single_observation_space.shape), envs.single_action_space
-    norm = Normalizer.start(obs_dim, args.num_envs, saved.get("normalizer") if saved else None) if normalizes(args, envs) else None
+    obs_shape, space = envs.single_observation_space.shape, envs.single_action_space
+    norm = Normalizer.start(math.prod(obs_shape), args.num_envs, saved.get("normalizer") if saved else None) if normalizes(args, envs) else None
     obs, env_state = env_reset(envs, args.seed, norm)  # the seed seeds the environments too
     num_actions = space.shape[0] if continuous(envs) else space.n  # a Gaussian's dimensions, or logits
 
     def setup(seed):
         # the same keys as ppo_linen.py, so the same initial weights; its env key is unused here
         init_key, _, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
-        train_state = make_train_state(init_key, obs_dim, num_actions, continuous(envs), args)
+        train_state = make_train_state(init_key, obs_shape, num_actions, continuous(envs), args)
         return train_state, runner_key, shuffle_key
 
     # the initial weights as one compiled call, not dozens of op-by-op compilations; it runs once,
@@ -740,6 +771,8 @@ def main():
     check_args(args)
     envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
     args = with_defaults(args, continuous(envs))
+    if args.model == "cnn" and len(shape := envs.single_observation_space.shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args, normalizes(args, envs)) if args.load_model else None
     variant = variant_name(args)

@@ -44,8 +44,9 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (discrete or continuous actions, Box observations)"""
-    model: Literal["small", "medium", "large"] = "small"
-    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    model: Literal["small", "medium", "large", "cnn"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6; cnn: a CNN both heads
+    share, for image observations (MinAtar's network on its 10x10 grids, the Nature CNN on 84x84 frames)"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
@@ -98,7 +99,11 @@ class Args:
     """wrap rollout and update in nnx.jit (--no-jit: benchback-rl's "none", each lax.scan compiles per call)"""
 
 
-MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6, "cnn": ()}  # cnn: one-layer heads
+# --model cnn's torso: (filters, kernel size, stride) per convolution, the dense layer's width and the input's
+# scale; MinAtar's own network for its small grids, the Nature CNN of CleanRL's ppo_atari_envpool.py for frames
+CNNS = {"minatar": dict(convs=((16, 3, 1),), dense=128, scale=1.0),
+        "nature": dict(convs=((32, 8, 4), (64, 4, 2), (64, 3, 1)), dense=512, scale=1 / 255)}
 # the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
 # (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
 DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
@@ -305,25 +310,54 @@ class MLP(nnx.Module):
         return self.layers[-1](x)
 
 
-class ActorCritic(nnx.Module):
-    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
-    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
+class CNN(nnx.Module):
+    """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, continuous: bool, rngs: nnx.Rngs):
-        self.actor = MLP(obs_dim, hidden, num_actions, 0.01, rngs)
-        self.critic = MLP(obs_dim, hidden, 1, 1.0, rngs)
+    def __init__(self, image_shape: tuple[int, int, int], convs, dense: int, scale: float, rngs: nnx.Rngs):
+        init = dict(kernel_init=nnx.initializers.orthogonal(np.sqrt(2)), bias_init=nnx.initializers.zeros_init())
+        self.image_shape, self.scale = image_shape, scale  # (h, w, channels): each flat observation is one such image
+        (h, w, channels), layers = image_shape, []
+        for filters, size, stride in convs:
+            layers.append(nnx.Conv(channels, filters, (size, size), strides=stride, padding="VALID", rngs=rngs, **init))
+            h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
+        self.convs, self.dense = nnx.List(layers), nnx.Linear(h * w * channels, dense, rngs=rngs, **init)
+
+    def __call__(self, x):
+        x = x.reshape(*x.shape[:-1], *self.image_shape) * self.scale  # NHWC, the layout Flax's Conv takes
+        for conv in self.convs:
+            x = jax.nn.relu(conv(x))
+        return jax.nn.relu(self.dense(x.reshape(*x.shape[:-3], -1)))
+
+
+class ActorCritic(nnx.Module):
+    """Separate actor and critic MLPs with tanh, or with --model cnn one layer each on a CNN they share;
+    returns (policy, value). The actor gives a categorical's logits, or a Gaussian's mean whose log-std
+    is a parameter of its own (CleanRL's continuous head)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, continuous: bool,
+                 rngs: nnx.Rngs, cnn: dict | None = None):
+        self.cnn = CNN(obs_shape, **cnn, rngs=rngs) if cnn else None
+        in_dim = cnn["dense"] if cnn else math.prod(obs_shape)
+        self.actor = MLP(in_dim, hidden, num_actions, 0.01, rngs)
+        self.critic = MLP(in_dim, hidden, 1, 1.0, rngs)
         self.actor_logstd = nnx.Param(jnp.zeros(num_actions)) if continuous else None  # state-independent
 
     def __call__(self, obs):
-        return self.policy(obs), self.value(obs)
+        features = self.features(obs)  # once for both heads
+        return self.head(self.actor(features)), self.critic(features)[..., 0]
 
-    def policy(self, obs):
+    def features(self, obs):
+        return obs if self.cnn is None else self.cnn(obs)
+
+    def head(self, out):
         """(logits, None), or (mean, log-std) broadcast to the mean's shape."""
-        out = self.actor(obs)
         return out, None if self.actor_logstd is None else jnp.broadcast_to(self.actor_logstd[...], out.shape)
 
+    def policy(self, obs):
+        return self.head(self.actor(self.features(obs)))
+
     def value(self, obs):
-        return self.critic(obs)[..., 0]
+        return self.critic(self.features(obs))[..., 0]
 
 
 def sample(key, policy):
@@ -349,8 +383,10 @@ def logprob_entropy(policy, actions):
     return logprob, (0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd).sum(-1)
 
 
-def make_model(key, obs_dim, num_actions, continuous: bool, args: Args):
-    model = ActorCritic(obs_dim, MODELS[args.model], num_actions, continuous, rngs=nnx.Rngs(params=key))
+def make_model(key, obs_shape, num_actions, continuous: bool, args: Args):
+    layout = "nature" if min(obs_shape[:2]) >= 36 else "minatar"  # 36: the smallest frame the Nature CNN takes
+    cnn = CNNS[layout] if args.model == "cnn" else None
+    model = ActorCritic(obs_shape, MODELS[args.model], num_actions, continuous, nnx.Rngs(params=key), cnn)
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
         optax.clip_by_global_norm(args.max_grad_norm),
@@ -638,12 +674,12 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     """Returns the trained model and optimizer and the normalization's statistics (None: not normalized)."""
     def setup(seed, saved_norm):
         init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
-        obs_dim = math.prod(env.observation_space(env_params).shape)
-        norm = Normalizer.start(obs_dim, args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
+        obs_shape = env.observation_space(env_params).shape
+        norm = Normalizer.start(math.prod(obs_shape), args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
         obs, env_state = env_reset(env_key, env, env_params, args.num_envs, norm)
         space = env.action_space(env_params)
         num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
-        model, optimizer = make_model(init_key, obs_dim, num_actions, continuous(env, env_params), args)
+        model, optimizer = make_model(init_key, obs_shape, num_actions, continuous(env, env_params), args)
         return model, optimizer, Runner(runner_key, env_state, obs), shuffle_key
 
     # the reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
@@ -718,6 +754,8 @@ def main():
     check_args(args)
     env, env_params = make_env(args.env_id)
     args = with_defaults(args, continuous(env, env_params))
+    if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None
     variant = variant_name(args)

@@ -44,8 +44,8 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (discrete or continuous actions, Box observations)"""
-    model: Literal["small", "medium", "large"] = "small"
-    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    model: Literal["small", "medium", "large", "cnn"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6 (cnn: ppo_nnx.py only)"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
@@ -316,9 +316,10 @@ class ActorCritic(nnx.Module):
     """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
     logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, continuous: bool, rngs: nnx.Rngs):
-        self.actor = MLP(obs_dim, hidden, num_actions, 0.01, rngs)
-        self.critic = MLP(obs_dim, hidden, 1, 1.0, rngs)
+    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, continuous: bool,
+                 rngs: nnx.Rngs):
+        self.actor = MLP(math.prod(obs_shape), hidden, num_actions, 0.01, rngs)
+        self.critic = MLP(math.prod(obs_shape), hidden, 1, 1.0, rngs)
         self.actor_logstd = nnx.Param(jnp.zeros(num_actions)) if continuous else None  # state-independent
 
     def __call__(self, obs):
@@ -356,8 +357,8 @@ def logprob_entropy(policy, actions):
     return logprob, (0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd).sum(-1)
 
 
-def make_model(key, obs_dim, num_actions, continuous: bool, args: Args):
-    model = ActorCritic(obs_dim, MODELS[args.model], num_actions, continuous, rngs=nnx.Rngs(params=key))
+def make_model(key, obs_shape, num_actions, continuous: bool, args: Args):
+    model = ActorCritic(obs_shape, MODELS[args.model], num_actions, continuous, rngs=nnx.Rngs(params=key))
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
         optax.clip_by_global_norm(args.max_grad_norm),
@@ -658,12 +659,12 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     """Returns the trained agents and their normalization's statistics (None: not normalized), stacked."""
     def setup(seed, saved_norm):
         init_key, env_key, runner_key, shuffle_key = jax.random.split(jax.random.key(seed), 4)
-        obs_dim = math.prod(env.observation_space(env_params).shape)
-        norm = Normalizer.start(obs_dim, args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
+        obs_shape = env.observation_space(env_params).shape
+        norm = Normalizer.start(math.prod(obs_shape), args.num_envs, saved_norm) if normalizes(args, env, env_params) else None
         obs, env_state = env_reset(env_key, env, env_params, args.num_envs, norm)
         space = env.action_space(env_params)
         num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
-        model, optimizer = make_model(init_key, obs_dim, num_actions, continuous(env, env_params), args)
+        model, optimizer = make_model(init_key, obs_shape, num_actions, continuous(env, env_params), args)
         return model, optimizer, Runner(runner_key, env_state, obs), shuffle_key
 
     # the reset and the initial weights as one compiled call, not dozens of op-by-op compilations;
@@ -722,6 +723,8 @@ def check_args(args: Args):
         for name in names:  # (None: the action space's default, set by with_defaults)
             if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.model == "cnn":
+        fail("--model cnn is not in the agent scripts: one agent per process with ppo_nnx.py --model cnn")
     if args.seed + args.num_agents - 1 >= 2**31:
         fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
              f"got {args.seed + args.num_agents - 1}")

@@ -50,8 +50,8 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (discrete or continuous actions, Box observations)"""
-    model: Literal["small", "medium", "large"] = "small"
-    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    model: Literal["small", "medium", "large", "cnn"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6 (cnn: ppo_torch.py only)"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
@@ -834,6 +834,8 @@ def check_args(args: Args):
         for name in names:  # (None: the action space's default, set by with_defaults)
             if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.model == "cnn":
+        fail("--model cnn is not in the agent scripts: one agent per process with ppo_torch.py --model cnn")
     if args.seed + args.num_agents - 1 >= 2**31:
         fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
              f"got {args.seed + args.num_agents - 1}")

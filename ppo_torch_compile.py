@@ -48,8 +48,9 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (discrete or continuous actions, Box observations)"""
-    model: Literal["small", "medium", "large"] = "small"
-    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6"""
+    model: Literal["small", "medium", "large", "cnn"] = "small"
+    """hidden layers of actor and critic: small=(64,64), medium=(256,)*3, large=(1024,)*6; cnn: a CNN both heads
+    share, for image observations (MinAtar's network on its 10x10 grids, the Nature CNN on 84x84 frames)"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 256
@@ -106,7 +107,11 @@ class Args:
     """besides GAE: grads (loss, gradients, clip), update (+ Adam), +policy (+ the policy step); auto: update+policy"""
 
 
-MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
+MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6, "cnn": ()}  # cnn: one-layer heads
+# --model cnn's torso: (filters, kernel size, stride) per convolution, the dense layer's width and the input's
+# scale; MinAtar's own network for its small grids, the Nature CNN of CleanRL's ppo_atari_envpool.py for frames
+CNNS = {"minatar": dict(convs=((16, 3, 1),), dense=128, scale=1.0),
+        "nature": dict(convs=((32, 8, 4), (64, 4, 2), (64, 3, 1)), dense=512, scale=1 / 255)}
 # the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
 # (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
 DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
@@ -307,7 +312,7 @@ def env_step(state: EnvState, action, env, env_params, num_envs, gamma=None):
 
 
 # %% model
-def layer_init(layer: nn.Linear, scale: float) -> nn.Linear:
+def layer_init(layer: nn.Module, scale: float) -> nn.Module:
     nn.init.orthogonal_(layer.weight, scale)
     nn.init.zeros_(layer.bias)
     return layer
@@ -321,28 +326,54 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_scale: float) ->
     return nn.Sequential(*layers, layer_init(nn.Linear(in_dim, out_dim), out_scale))
 
 
-class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs with tanh; returns (policy, value). The actor gives a categorical's
-    logits, or a Gaussian's mean whose log-std is a parameter of its own (CleanRL's continuous head)."""
+class CNN(nn.Module):
+    """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], num_actions: int, continuous: bool):
+    def __init__(self, image_shape: tuple[int, int, int], convs, dense: int, scale: float):
         super().__init__()
-        self.actor = mlp(obs_dim, hidden, num_actions, 0.01)
-        self.critic = mlp(obs_dim, hidden, 1, 1.0)
+        self.image_shape, self.scale = image_shape, scale  # (h, w, channels): each flat observation is one such image
+        (h, w, channels), layers = image_shape, []
+        for filters, size, stride in convs:
+            layers += [layer_init(nn.Conv2d(channels, filters, size, stride), np.sqrt(2)), nn.ReLU()]
+            h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
+        self.net = nn.Sequential(*layers, nn.Flatten(), layer_init(nn.Linear(h * w * channels, dense), np.sqrt(2)),
+                                 nn.ReLU())
+
+    def forward(self, x):
+        images = x.reshape(-1, *self.image_shape).movedim(-1, 1) * self.scale  # NCHW, the layout torch's Conv2d takes
+        return self.net(images).unflatten(0, x.shape[:-1])  # the batch's leading axes again (even of no rows)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs with tanh, or with --model cnn one layer each on a CNN they share;
+    returns (policy, value). The actor gives a categorical's logits, or a Gaussian's mean whose log-std
+    is a parameter of its own (CleanRL's continuous head)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, continuous: bool,
+                 cnn: dict | None = None):
+        super().__init__()
+        self.cnn = CNN(obs_shape, **cnn) if cnn else None
+        in_dim = cnn["dense"] if cnn else math.prod(obs_shape)
+        self.actor = mlp(in_dim, hidden, num_actions, 0.01)
+        self.critic = mlp(in_dim, hidden, 1, 1.0)
         self.actor_logstd = nn.Parameter(torch.zeros(num_actions)) if continuous else None  # state-independent
 
     def forward(self, obs):
-        return self.policy(obs), self.value(obs)
+        features = self.features(obs)  # once for both heads
+        return self.head(self.actor(features)), self.critic(features)[..., 0]
+
+    def features(self, obs):
+        return obs if self.cnn is None else self.cnn(obs)
 
     def policy(self, obs):
-        return self.head(self.actor(obs))
+        return self.head(self.actor(self.features(obs)))
 
     def head(self, out):
         """The policy from the actor's output: (logits, None), or (mean, log-std) broadcast to the mean's shape."""
         return out, None if self.actor_logstd is None else self.actor_logstd.expand_as(out)
 
     def value(self, obs):
-        return self.critic(obs)[..., 0]
+        return self.critic(self.features(obs))[..., 0]
 
 
 def noise(shape, continuous: bool, device):
@@ -372,8 +403,10 @@ def logprob_entropy(policy, actions):
     return normal.log_prob(actions).sum(-1), normal.entropy().sum(-1)
 
 
-def make_agent(obs_dim, num_actions, continuous: bool, args: Args, device):
-    agent = ActorCritic(obs_dim, MODELS[args.model], num_actions, continuous).to(device)
+def make_agent(obs_shape, num_actions, continuous: bool, args: Args, device):
+    layout = "nature" if min(obs_shape[:2]) >= 36 else "minatar"  # 36: the smallest frame the Nature CNN takes
+    cnn = CNNS[layout] if args.model == "cnn" else None
+    agent = ActorCritic(obs_shape, MODELS[args.model], num_actions, continuous, cnn).to(device)
     # a tensor learning rate, written in place: changing it never recompiles. Compiled (scope update),
     # the multi-tensor Adam fuses into the update and keeps its step count on the device, as CUDA
     # graphs need (capturable); eager, the fused Adam of ppo_torch.py
@@ -714,14 +747,14 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     args = resolved(args, device)
     # the environments' reset as one compiled call, not dozens of op-by-op compilations; it runs
     # once, so XLA compiles it without optimizing it, in half the time
-    obs_dim, space = math.prod(env.observation_space(env_params).shape), env.action_space(env_params)
+    obs_shape, space = env.observation_space(env_params).shape, env.action_space(env_params)
     norm = None
     if normalizes(args, env, env_params):
-        norm = Normalizer.start(obs_dim, args.num_envs, saved.get("normalizer") if saved else None)
+        norm = Normalizer.start(math.prod(obs_shape), args.num_envs, saved.get("normalizer") if saved else None)
     reset = jax.jit(lambda seed, norm: env_reset(jax.random.key(seed), env, env_params, args.num_envs, norm))
     obs, env_state = reset.lower(args.seed, norm).compile({"xla_backend_optimization_level": 0})(args.seed, norm)
     num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
-    agent, optimizer = make_agent(obs_dim, num_actions, continuous(env, env_params), args, device)
+    agent, optimizer = make_agent(obs_shape, num_actions, continuous(env, env_params), args, device)
     if saved is not None:
         restore(agent, optimizer, saved)
     runner = Runner(env_state, torch.from_dlpack(obs))
@@ -797,6 +830,8 @@ def main():
     check_args(args)
     env, env_params = make_env(args.env_id)
     args = with_defaults(args, continuous(env, env_params))
+    if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None
     variant = variant_name(args)

@@ -9,7 +9,27 @@ from functools import partial
 
 import numpy as np
 from helpers import load
-from reference import NETS
+from reference import CNNS, NETS
+
+
+def feature_shape(weights) -> tuple[int, int, int]:
+    """(h, w, channels) of a CNN's last convolution, which its dense layer takes flattened."""
+    h, w, c = weights["image_shape"]
+    for filters, size, stride in CNNS[weights["cnn"]]["convs"]:
+        h, w, c = (h - size) // stride + 1, (w - size) // stride + 1, filters
+    return h, w, c
+
+
+def rows_to_chw(kernel, shape):
+    """A dense kernel's rows from (h, w, channel) order, the reference's (NHWC flattened), to (channel, h, w):
+    the order a channels-first framework flattens its features in."""
+    h, w, c = shape
+    return kernel.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(h * w * c, -1)
+
+
+def rows_to_hwc(kernel, shape):
+    h, w, c = shape
+    return kernel.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(h * w * c, -1)
 
 
 def jitted_reset(m, env, env_params, args):
@@ -31,7 +51,9 @@ class Adapter:
 
     def __init__(self, script, weights, args):
         self.m, self.args, self.hidden = self.module(script), args, len(weights["actor"]) - 1
-        self.obs_dim, self.num_actions = weights["actor"][0][0].shape[0], weights["actor"][-1][0].shape[1]
+        self.num_actions, self.cnn = weights["actor"][-1][0].shape[1], weights.get("cnn")  # cnn: --model cnn's
+        self.obs_shape = weights["image_shape"] if self.cnn else (weights["actor"][0][0].shape[0],)
+        self.obs_dim = int(np.prod(self.obs_shape))
         self.continuous = "actor_logstd" in weights  # the Gaussian head: num_actions are its dimensions
         self.setup(weights)
 
@@ -138,7 +160,11 @@ class Linen(Adapter):
                                    for i, (k, b) in enumerate(weights[net])} for net in NETS}}
         if self.continuous:
             params["params"]["actor_logstd"] = jnp.asarray(weights["actor_logstd"])
-        self.state = self.m.make_train_state(jax.random.key(0), self.obs_dim, self.num_actions, self.continuous,
+        if self.cnn:  # Flax's Conv kernels are HWIO and its images NHWC, as the reference's
+            layers = {f"Conv_{i}": layer for i, layer in enumerate(weights["conv"])} | {"Dense_0": weights["torso"][0]}
+            params["params"]["cnn"] = {name: {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
+                                       for name, (k, b) in layers.items()}
+        self.state = self.m.make_train_state(jax.random.key(0), self.obs_shape, self.num_actions, self.continuous,
                                              self.args).replace(params=params)
 
     def batch(self, mb):
@@ -151,6 +177,10 @@ class Linen(Adapter):
                for net in NETS}
         if "actor_logstd" in params["params"]:
             out["actor_logstd"] = np.asarray(params["params"]["actor_logstd"])
+        if "cnn" in params["params"]:
+            layer = lambda name: tuple(np.asarray(params["params"]["cnn"][name][k]) for k in ("kernel", "bias"))
+            out |= {"cnn": self.cnn, "image_shape": self.obs_shape, "torso": [layer("Dense_0")],
+                    "conv": [layer(f"Conv_{i}") for i in range(len(params["params"]["cnn"]) - 1)]}
         return out
 
     def loss_and_grads(self, mb):
@@ -227,11 +257,12 @@ class NNX(Linen):
 
     def make_model(self, weights, key):
         """The script's make_model, its layers then set to the canonical weights."""
-        model, optimizer = self.m.make_model(key, self.obs_dim, self.num_actions, self.continuous, self.args)
-        for net in NETS:
-            for i, (kernel, bias) in enumerate(weights[net]):
-                layer = getattr(model, net).layers[i]
-                layer.kernel[...], layer.bias[...] = self.jnp.asarray(kernel), self.jnp.asarray(bias)
+        model, optimizer = self.m.make_model(key, self.obs_shape, self.num_actions, self.continuous, self.args)
+        layers = [(getattr(model, net).layers[i], layer) for net in NETS for i, layer in enumerate(weights[net])]
+        if self.cnn:  # nnx.Conv's kernels are HWIO and its images NHWC, as the reference's
+            layers += [*zip(model.cnn.convs, weights["conv"]), (model.cnn.dense, weights["torso"][0])]
+        for layer, (kernel, bias) in layers:
+            layer.kernel[...], layer.bias[...] = self.jnp.asarray(kernel), self.jnp.asarray(bias)
         if self.continuous:
             model.actor_logstd[...] = self.jnp.asarray(weights["actor_logstd"])
         return model, optimizer
@@ -241,6 +272,10 @@ class NNX(Linen):
                      for i in range(self.hidden + 1)] for net in NETS}
         if "actor_logstd" in tree and tree["actor_logstd"] is not None:
             out["actor_logstd"] = np.asarray(tree["actor_logstd"][...])
+        if "cnn" in tree and tree["cnn"] is not None:
+            layer = lambda x: (np.asarray(x["kernel"][...]), np.asarray(x["bias"][...]))
+            out |= {"cnn": self.cnn, "image_shape": self.obs_shape, "torso": [layer(tree["cnn"]["dense"])],
+                    "conv": [layer(tree["cnn"]["convs"][i]) for i in range(len(tree["cnn"]["convs"]))]}
         return out
 
     def loss_and_grads(self, mb):
@@ -287,12 +322,19 @@ class Equinox(NNX):
         import jax.numpy as jnp
 
         self.jax, self.jnp, self.eqx = jax, jnp, eqx
-        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), self.obs_dim, self.num_actions,
+        model, self.tx, self.opt_state = self.m.make_model(jax.random.key(0), self.obs_shape, self.num_actions,
                                                            self.continuous, self.args)
         for net in NETS:
             for i, (kernel, bias) in enumerate(weights[net]):
                 model = eqx.tree_at(lambda m: (getattr(m, net).layers[i].weight, getattr(m, net).layers[i].bias),
                                     model, (jnp.asarray(kernel.T), jnp.asarray(bias)))
+        if self.cnn:  # eqx.nn.Conv2d's weights are OIHW and its images (channels, h, w), flattened in that order
+            for i, (kernel, bias) in enumerate(weights["conv"]):
+                model = eqx.tree_at(lambda m: (m.cnn.convs[i].weight, m.cnn.convs[i].bias), model,
+                                    (jnp.asarray(kernel.transpose(3, 2, 0, 1)), jnp.asarray(bias)[:, None, None]))
+            kernel, bias = weights["torso"][0]
+            model = eqx.tree_at(lambda m: (m.cnn.dense.weight, m.cnn.dense.bias), model,
+                                (jnp.asarray(rows_to_chw(kernel, feature_shape(weights)).T), jnp.asarray(bias)))
         if self.continuous:
             model = eqx.tree_at(lambda m: m.actor_logstd, model, jnp.asarray(weights["actor_logstd"]))
         self.model = model
@@ -302,6 +344,11 @@ class Equinox(NNX):
                      for i in range(self.hidden + 1)] for net in NETS}
         if tree.actor_logstd is not None:
             out["actor_logstd"] = np.asarray(tree.actor_logstd)
+        if tree.cnn is not None:
+            out |= {"cnn": self.cnn, "image_shape": self.obs_shape}
+            out |= {"conv": [(np.asarray(c.weight).transpose(2, 3, 1, 0), np.asarray(c.bias)[:, 0, 0]) for c in tree.cnn.convs],
+                    "torso": [(rows_to_hwc(np.asarray(tree.cnn.dense.weight).T, feature_shape(out)),
+                               np.asarray(tree.cnn.dense.bias))]}
         return out
 
     def loss_and_grads(self, mb):
@@ -339,12 +386,20 @@ class Torch(Adapter):
         import torch
 
         self.torch = torch
-        self.agent, self.optimizer = self.m.make_agent(self.obs_dim, self.num_actions, self.continuous, self.args,
+        self.agent, self.optimizer = self.m.make_agent(self.obs_shape, self.num_actions, self.continuous, self.args,
                                                        torch.device("cpu"))
         state = {f"{net}.{2 * i}.{name}": torch.tensor(k.T.copy() if name == "weight" else b)
                  for net in NETS for i, (k, b) in enumerate(weights[net]) for name in ("weight", "bias")}
         if self.continuous:
             state["actor_logstd"] = torch.tensor(weights["actor_logstd"])
+        if self.cnn:  # torch's Conv2d weights are OIHW and its images NCHW, flattened (channel, h, w)
+            for i, (kernel, bias) in enumerate(weights["conv"]):
+                state |= {f"cnn.net.{2 * i}.weight": torch.tensor(kernel.transpose(3, 2, 0, 1).copy()),
+                          f"cnn.net.{2 * i}.bias": torch.tensor(bias)}
+            kernel, bias = weights["torso"][0]
+            dense = f"cnn.net.{2 * len(weights['conv']) + 1}"  # after the ReLUs and the Flatten
+            state |= {f"{dense}.weight": torch.tensor(rows_to_chw(kernel, feature_shape(weights)).T.copy()),
+                      f"{dense}.bias": torch.tensor(bias)}
         self.agent.load_state_dict(state)
 
     def batch(self, mb):
@@ -356,6 +411,13 @@ class Torch(Adapter):
                      for i in range(self.hidden + 1)] for net in NETS}
         if self.continuous:
             out["actor_logstd"] = tensor_of("actor_logstd").numpy()
+        if self.cnn:
+            convs = len(CNNS[self.cnn]["convs"])
+            out |= {"cnn": self.cnn, "image_shape": self.obs_shape,
+                    "conv": [(tensor_of(f"cnn.net.{2 * i}.weight").numpy().transpose(2, 3, 1, 0),
+                              tensor_of(f"cnn.net.{2 * i}.bias").numpy()) for i in range(convs)]}
+            out["torso"] = [(rows_to_hwc(tensor_of(f"cnn.net.{2 * convs + 1}.weight").T.numpy(), feature_shape(out)),
+                             tensor_of(f"cnn.net.{2 * convs + 1}.bias").numpy())]
         return out
 
     def weights(self):

@@ -3,10 +3,10 @@ categorical over logits, or CleanRL's Gaussian with a state-independent log-std)
 (written out by hand), global-norm clipping, Adam, the linear schedule, GAE and the running
 normalization of observations and rewards, in float64 NumPy. Weights are {"actor" | "critic":
 [(kernel (in, out), bias), ...]}, plus "actor_logstd": (action_dim,) for a continuous head. A CNN
-(--model cnn) has one layer per head after a torso both share, applied to NHWC images: "conv":
-[(kernel (kh, kw, in, out), bias), ...] (VALID padding, ReLU each), then "torso": [(kernel, bias)] on
-the features flattened in (h, w, channel) order (ReLU); "cnn" names its layout in CNNS and "image_shape"
-is the (h, w, channels) of the images it takes."""
+(--model cnn) has one layer per head after a torso both share; the torso takes the flat observations
+(as every script gets them) as the NHWC images they are: "conv": [(kernel (kh, kw, in, out), bias),
+...] (VALID padding, ReLU each), then "torso": [(kernel, bias)] on the features flattened in (h, w,
+channel) order (ReLU); "cnn" names its layout in CNNS, "image_shape" is the images' (h, w, channels)."""
 
 from typing import NamedTuple
 
@@ -115,8 +115,8 @@ def network(w, obs):
     if "cnn" not in w:
         (out, actor_inputs), (value, critic_inputs) = forward(w["actor"], obs), forward(w["critic"], obs)
         return out, value[:, 0], (actor_inputs, critic_inputs)
-    layout, x, convs = CNNS[w["cnn"]], obs, []
-    x = x * layout["scale"]
+    layout, convs = CNNS[w["cnn"]], []
+    x = obs.reshape(len(obs), *w["image_shape"]) * layout["scale"]  # observations are flat, as in the scripts
     for (kernel, bias), (_, _, stride) in zip(w["conv"], layout["convs"]):
         x, cache = conv(x, kernel, bias, stride)
         x = np.maximum(x, 0)

@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 import pytest
-from helpers import (GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY, TINY_ARGS, frameworks,
-                     load, read_json, run, run_ok, scalars, summary_keys, wall_times)
+from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY,
+                     TINY_ARGS, frameworks, load, read_json, run, run_ok, scalars, summary_keys, wall_times)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -183,6 +183,20 @@ def test_save_then_load_and_evaluate_from_the_command_line(script, tiny_runs, tm
     assert [value for _, value in logged["eval/episodic_return"]] == again["eval/episodic_returns"]
 
 
+@pytest.mark.parametrize("script", ONE_AGENT_SCRIPTS)
+def test_cnn_runs_on_images(script, tmp_path):
+    """--model cnn as a user runs it, on MinAtar's images: it trains, writes the contract's tags, saves
+    the CNN and loads it again in a new process to the same greedy returns (the numbers:
+    test_equivalence.py)."""
+    args = ("--env-id", "Breakout-MinAtar", "--model", "cnn", *TINY)
+    trained = run_ok(script, *args, "--save-model", "--eval-episodes", "2", log_dir=tmp_path / "train")
+    assert read_json(trained / "run.json")["args"]["model"] == "cnn" and TAGS <= set(scalars(trained))
+    summary = read_json(trained / "summary.json")
+    loaded = run_ok(script, *args, "--num-iterations", "0", "--load-model", str(trained), "--eval-episodes", "2",
+                    log_dir=tmp_path / "eval")
+    assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
+
+
 FLOAT32 = {"jax": "float32", "torch": "highest"}  # full float32 matmuls, in each framework's words
 BAD_INPUTS = {
     "unknown env": (["--env-id", "NoSuchEnv-v0"], ["NoSuchEnv-v0", "CartPole-v1"]),
@@ -193,7 +207,8 @@ BAD_INPUTS = {
     "no CPU twin": (["--env-id", "DeepSea-bsuite"], ["DeepSea-bsuite", "no CPU twin", "Breakout-MinAtar"]),
     "Craftax pixels": (["--env-id", "Craftax-Pixels-v1"], ["Craftax-Pixels-v1", "Craftax-Classic-Symbolic-v1",
                                                           "Craftax-Symbolic-v1", "pixel"]),
-    "bad model": (["--model", "huge"], ["huge", "small", "medium", "large"]),
+    "bad model": (["--model", "huge"], ["huge", "small", "medium", "large", "cnn"]),
+    "CNN on flat observations": (["--model", "cnn"], ["--model cnn", "image", "CartPole-v1", "(4,)"]),
     "minibatches do not divide": (["--num-minibatches", "7"], ["num_minibatches", "7", "8192"]),
     "non-positive size": (["--num-envs", "0"], ["num_envs", "positive"]),
 }
@@ -202,6 +217,8 @@ BAD_INPUTS = {
 def bad_input(script: str, case: str) -> tuple[list[str], list[str]]:
     """The arguments of a bad-input case and the words its error must say, for this script."""
     args, words = BAD_INPUTS[case]
+    if case == "CNN on flat observations" and script in AGENT_SCRIPTS:  # refused whatever the env
+        words = ["--model cnn", "agent scripts", script.replace("_agents", "")]
     if args[0] == "--env-id":  # the Gymnasium scripts refuse every id without a CPU twin alike
         if script not in GYMNASIUM_SCRIPTS and case == "no CPU twin":
             pytest.skip("a Gymnax env the Gymnax scripts run")

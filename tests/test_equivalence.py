@@ -9,13 +9,17 @@ NumPy reference in reference.py, never against another framework:
 - GAE, truncation bootstrap included."""
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import CONTINUOUS_SCRIPTS, load, script_args
+from helpers import CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, load, script_args
 from helpers import ONE_AGENT_SCRIPTS as SCRIPTS  # the agent scripts: tests/test_agents.py
+
+# --model cnn: MinAtar's network in every script, the Nature CNN (frames of 36 pixels and more) where Atari runs
+CNN_CASES = [(s, "minatar") for s in SCRIPTS] + [(s, "nature") for s in GYMNASIUM_SCRIPTS]
 
 OBS_DIM, NUM_ACTIONS, HIDDEN, MINIBATCH = 6, 3, (64, 64), 256
 EPOCHS, MINIBATCHES, UPDATES = 2, 2, 2  # update() calls of 2 epochs x 2 shuffled minibatches each
@@ -105,16 +109,18 @@ def unshuffled_updates(problem):
     return ref.optimizer_steps(weights, minibatches_of(batches, UNSHUFFLED), update_args(SCRIPTS[0]), STEPS)
 
 
-def image_batch(cnn: str, size: int = 64):
-    """A CNN's weights and a batch of images: MinAtar's 10x10 grids of 0/1 channels, or Atari's bytes
-    (36x36 rather than 84x84: the Nature CNN's smallest input, to keep the float64 reference quick)."""
+@functools.cache
+def cnn_problem(cnn: str):
+    """A CNN's weights and UPDATES batches of images, as make_problem's: MinAtar's 10x10 grids of 0/1
+    channels, or Atari's bytes (36x36 rather than 84x84: the Nature CNN's smallest input, to keep
+    the float64 reference quick)."""
     rng = np.random.default_rng(2)
-    if cnn == "minatar":
-        images = (rng.random((size, 10, 10, 4)) < 0.2).astype(np.float32)
-    else:
-        images = rng.integers(0, 256, (size, 36, 36, 4)).astype(np.float32)
-    weights = ref.random_cnn_weights(rng, images.shape[1:], cnn, NUM_ACTIONS)
-    return weights, random_batch(rng, weights, 4.0, size, images)
+    shape = (10, 10, 4) if cnn == "minatar" else (36, 36, 4)
+    weights = ref.random_cnn_weights(rng, shape, cnn, NUM_ACTIONS)
+    images = lambda: ((rng.random((BATCH, np.prod(shape))) < 0.2) if cnn == "minatar"  # flat, as the scripts'
+                      else rng.integers(0, 256, (BATCH, np.prod(shape)))).astype(np.float32)
+    return weights, [random_batch(rng, weights, 4.0 if u % 2 == 0 else 0.05, BATCH, images())
+                     for u in range(UPDATES)]
 
 
 # ---- the reference itself
@@ -123,7 +129,8 @@ def test_reference_gradients_match_finite_differences(head, problem, continuous_
     """The hand-written backward pass equals central differences of the float64 loss (the log-std's
     too; a CNN's convolutions and shared torso too)."""
     if head.startswith("cnn"):
-        weights, mb = image_batch(head.split()[1])
+        weights, (batch, *_) = cnn_problem(head.split()[1])
+        mb = rows(batch, slice(0, 64))  # the float64 convolutions are slow
     else:
         weights, (batch, *_) = problem if head == "categorical" else continuous_problem
         mb = rows(batch, slice(0, MINIBATCH))
@@ -182,7 +189,8 @@ def check_loss_and_gradients(adapter, weights, mb, args):
         assert stats[name] == pytest.approx(expected_stats[name], rel=1e-4, abs=1e-6), name
     assert 0 < expected_stats["clipfrac"] < 1  # the clipped branch is exercised
     scale = np.abs(ref.flat(expected_grads)).max()
-    for net in ref.NETS:
+    assert [net for net in ref.ORDER if net in grads] == [net for net in ref.ORDER if net in expected_grads]
+    for net in (net for net in ref.ORDER if net in expected_grads):
         for i, ((g, gb), (e, eb)) in enumerate(zip(grads[net], expected_grads[net])):
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6 * scale, err_msg=f"{net} layer {i} kernel")
             np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6 * scale, err_msg=f"{net} layer {i} bias")
@@ -241,6 +249,24 @@ def test_gaussian_head_matches_reference(script, compiled, continuous_problem):
     weights, batches = continuous_problem
     args = update_args(script)
     adapter = adapter_for(script, compiled)(script, weights, args)  # compiled: the whole step, Adam too
+    check_loss_and_gradients(adapter, weights, rows(batches[0], slice(0, MINIBATCH)), args)
+    with adapter.drawn_permutations() as perms:
+        results = [adapter.update(batch, iteration=u) for u, batch in enumerate(batches)]
+    check_updates(script, results, perms, weights, batches, args)
+
+
+@pytest.mark.parametrize("script,cnn", CNN_CASES)
+def test_cnn_matches_reference(script, cnn):
+    """--model cnn, as the tests above prove the MLPs: from identical weights, the actor's output on
+    images, one minibatch's loss, statistics and gradients (the convolutions' and the shared torso's
+    too), then consecutive update() calls. On MinAtar's 10x10 grids (MinAtar's network) and on byte
+    frames (the Nature CNN, its input scaled by 1/255)."""
+    weights, batches = cnn_problem(cnn)
+    args = dataclasses.replace(update_args(script), model="cnn")
+    adapter = adapter_for(script)(script, weights, args)
+    obs = batches[0]["obs"][:16]
+    np.testing.assert_allclose(adapter.logits(obs), ref.network(ref.as64(weights), obs.astype(np.float64))[0],
+                               rtol=1e-4, atol=1e-5, err_msg="the actor's output")
     check_loss_and_gradients(adapter, weights, rows(batches[0], slice(0, MINIBATCH)), args)
     with adapter.drawn_permutations() as perms:
         results = [adapter.update(batch, iteration=u) for u, batch in enumerate(batches)]
