@@ -116,7 +116,7 @@ def minibatch_steps(seconds: float) -> dict:
             *rng.standard_normal((4, ROWS)).astype(np.float32))  # obs, actions, logprobs, values, advantages, returns
 
     args = linen.with_defaults(linen.Args(), continuous_actions=False)
-    train_state = linen.make_train_state(jax.random.key(0), 4, 2, False, args)
+    train_state = linen.make_train_state(jax.random.key(0), (4,), 2, False, args)
     mb = linen.Batch(*map(jax.numpy.asarray, data))
     step = jax.jit(partial(linen.minibatch_step, args=args))
 
@@ -127,7 +127,7 @@ def minibatch_steps(seconds: float) -> dict:
 
     torch.manual_seed(0)
     torch_args = torch_ppo.with_defaults(torch_ppo.Args(), continuous_actions=False)
-    agent, optimizer = torch_ppo.make_agent(4, 2, False, torch_args, torch.device("cpu"))
+    agent, optimizer = torch_ppo.make_agent((4,), 2, False, torch_args, torch.device("cpu"))
     torch_mb = torch_ppo.Batch(*map(torch.from_numpy, data))
     return {"jax": median_call(jax_step, seconds),
             "torch": median_call(lambda: torch_ppo.minibatch_step(agent, optimizer, torch_mb, torch_args), seconds)}
@@ -150,9 +150,10 @@ def main():
             child = subprocess.run([sys.executable, __file__, "--jax-layers-only", "--seconds", str(args.seconds)],
                                    env={**os.environ, "XLA_FLAGS": flags}, capture_output=True, text=True, check=True)
             layers[name] = json.loads(child.stdout.splitlines()[-1])
+    machine = torch_ppo.machine()  # the versions are part of it
     result = {
-        "session": os.environ.get("BENCHBACK_SESSION"), "start_time": START_TIME, "machine": torch_ppo.machine(),
-        "versions": torch_ppo.versions(), "layer_rows": ROWS, "layer_widths": LAYERS,
+        "session": os.environ.get("BENCHBACK_SESSION"), "start_time": START_TIME, "machine": machine,
+        "versions": machine.pop("versions"), "layer_rows": ROWS, "layer_widths": LAYERS,
         "layer_seconds": layers, "minibatch_step_seconds": minibatch_steps(args.seconds),
     }
     text = json.dumps(result, indent=2)

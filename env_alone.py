@@ -148,7 +148,7 @@ def main():
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__none__s{args.seed}__{int(time.time() * 1000)}")
     os.makedirs(run_dir)
     info = {"args": {**asdict(args), "sync_timing": True, "model": "none"}, "variant": variant,
-            "versions": m.versions(), "device": "cpu", **m.machine(), "start_time": START_TIME}
+            "device": "cpu", **m.machine(), "start_time": START_TIME}  # the machine, versions included
     Path(run_dir, "run.json").write_text(json.dumps(info, indent=2))
     times += [next(rollouts) for _ in range(args.num_iterations - 1)]
     writer = Writer(run_dir)
