@@ -24,6 +24,12 @@ CACHE = "JAX_COMPILATION_CACHE_DIR"
 
 
 def pytest_configure(config):
+    # one worker process compiles the scripts' torch functions for many tests, shapes and module copies;
+    # past dynamo's recompile limit (8 per function) it would fall back to eager, where the capturable
+    # Adam of a compiled update cannot run on a CPU: a test would then fail by the order tests ran in
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = 64
     if hasattr(config.option, "loadscopereorder"):  # xdist is installed (the README's command uses it)
         config.option.loadscopereorder = False
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool: inherited by all
