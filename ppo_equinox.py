@@ -324,6 +324,20 @@ def conv(in_channels: int, filters: int, size: int, stride: int, key) -> eqx.nn.
     return eqx.tree_at(lambda l: (l.weight, l.bias), layer, (weight, jnp.zeros((filters, 1, 1))))
 
 
+def convolve(layer: eqx.nn.Conv2d, x):
+    """layer(x) for one image (channel, h, w), VALID. On a CPU, XLA runs a convolution's kernel gradient
+    inside a loop (our minibatch scan) on a slow path, 8-25x slower here (jax-ml/jax#12868): there, the
+    same convolution as its patches (strided slices) times the kernel, whose gradient is a matrix
+    product. Elsewhere, Equinox's own."""
+    if jax.default_backend() != "cpu":
+        return layer(x)
+    (filters, _, kh, kw), (sh, sw) = layer.weight.shape, layer.stride
+    h, w = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
+    patches = jnp.stack([x[:, i:i + sh * (h - 1) + 1:sh, j:j + sw * (w - 1) + 1:sw]
+                         for i in range(kh) for j in range(kw)], 1)  # (channel, kh * kw, h, w): OIHW's order
+    return jnp.tensordot(layer.weight.reshape(filters, -1), patches.reshape(-1, h, w), 1) + layer.bias
+
+
 class CNN(eqx.Module):
     """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
 
@@ -343,7 +357,7 @@ class CNN(eqx.Module):
     def __call__(self, x):  # one observation; Equinox's convolutions take (channels, h, w)
         x = jnp.moveaxis(x.reshape(self.image_shape), -1, 0) * self.scale
         for layer in self.convs:
-            x = jax.nn.relu(layer(x))
+            x = jax.nn.relu(convolve(layer, x))
         return jax.nn.relu(self.dense(x.ravel()))
 
 

@@ -299,6 +299,20 @@ class MLP(nn.Module):
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale), bias_init=zeros)(x)
 
 
+def conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs):
+    """nn.Conv's convolution (NHWC images, HWIO kernel, VALID). On a CPU, XLA runs a convolution's kernel
+    gradient inside a loop (our minibatch scan) on a slow path, 8-25x slower here (jax-ml/jax#12868):
+    there, the same convolution as its patches (strided slices) times the kernel, whose gradient is a
+    matrix product. Elsewhere, XLA's own."""
+    if jax.default_backend() != "cpu":
+        return jax.lax.conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs)
+    (kh, kw, _, filters), (sh, sw) = rhs.shape, window_strides
+    h, w = (lhs.shape[-3] - kh) // sh + 1, (lhs.shape[-2] - kw) // sw + 1
+    patches = jnp.concatenate([lhs[..., i:i + sh * (h - 1) + 1:sh, j:j + sw * (w - 1) + 1:sw, :]
+                               for i in range(kh) for j in range(kw)], -1)  # (kh, kw, channel): HWIO's order
+    return patches @ rhs.reshape(-1, filters)
+
+
 class CNN(nn.Module):
     """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
 
@@ -312,7 +326,8 @@ class CNN(nn.Module):
         init = dict(kernel_init=nn.initializers.orthogonal(np.sqrt(2)), bias_init=nn.initializers.zeros)
         x = x.reshape(*x.shape[:-1], *self.image_shape) * self.scale  # NHWC, the layout Flax's Conv takes
         for filters, size, stride in self.convs:
-            x = nn.relu(nn.Conv(filters, (size, size), strides=stride, padding="VALID", **init)(x))
+            x = nn.relu(nn.Conv(filters, (size, size), strides=stride, padding="VALID",
+                                conv_general_dilated=conv_general_dilated, **init)(x))
         return nn.relu(nn.Dense(self.dense, **init)(x.reshape(*x.shape[:-3], -1)))
 
 

@@ -311,6 +311,20 @@ class MLP(nnx.Module):
         return self.layers[-1](x)
 
 
+def conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs):
+    """nnx.Conv's convolution (NHWC images, HWIO kernel, VALID). On a CPU, XLA runs a convolution's kernel
+    gradient inside a loop (our minibatch scan) on a slow path, 8-25x slower here (jax-ml/jax#12868):
+    there, the same convolution as its patches (strided slices) times the kernel, whose gradient is a
+    matrix product. Elsewhere, XLA's own."""
+    if jax.default_backend() != "cpu":
+        return jax.lax.conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs)
+    (kh, kw, _, filters), (sh, sw) = rhs.shape, window_strides
+    h, w = (lhs.shape[-3] - kh) // sh + 1, (lhs.shape[-2] - kw) // sw + 1
+    patches = jnp.concatenate([lhs[..., i:i + sh * (h - 1) + 1:sh, j:j + sw * (w - 1) + 1:sw, :]
+                               for i in range(kh) for j in range(kw)], -1)  # (kh, kw, channel): HWIO's order
+    return patches @ rhs.reshape(-1, filters)
+
+
 class CNN(nnx.Module):
     """--model cnn's torso: VALID convolutions, then a dense layer, ReLU each (CleanRL's Atari network)."""
 
@@ -319,7 +333,8 @@ class CNN(nnx.Module):
         self.image_shape, self.scale = image_shape, scale  # (h, w, channels): each flat observation is one such image
         (h, w, channels), layers = image_shape, []
         for filters, size, stride in convs:
-            layers.append(nnx.Conv(channels, filters, (size, size), strides=stride, padding="VALID", rngs=rngs, **init))
+            layers.append(nnx.Conv(channels, filters, (size, size), strides=stride, padding="VALID",
+                                   conv_general_dilated=conv_general_dilated, rngs=rngs, **init))
             h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
         self.convs, self.dense = nnx.List(layers), nnx.Linear(h * w * channels, dense, rngs=rngs, **init)
 

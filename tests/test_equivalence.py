@@ -273,6 +273,19 @@ def test_cnn_matches_reference(script, cnn):
     check_updates(script, results, perms, weights, batches, args)
 
 
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if "torch" not in s])
+def test_cnn_off_the_cpu_matches_reference(script, monkeypatch):
+    """The JAX scripts convolve as patches times the kernel on a CPU (XLA's kernel gradient inside a
+    scan is slow there) and with XLA's own convolution elsewhere: that path, forced here on the CPU,
+    computes the same loss and gradients (the Nature CNN: strides and three layers)."""
+    import jax
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    weights, batches = cnn_problem("nature")
+    adapter = adapter_for(script)(script, weights, dataclasses.replace(update_args(script), model="cnn"))
+    check_loss_and_gradients(adapter, weights, rows(batches[0], slice(0, MINIBATCH)), adapter.args)
+
 # ---- GAE
 def trajectory():
     """5 steps of 4 envs: a termination, a truncation, both at once, a truncation on the last step."""
