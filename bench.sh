@@ -13,8 +13,8 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning
-               one part of the schedule alone (tuning and the continuous ones are not part of sweep)
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning
+               one part of the schedule alone (tuning, the continuous and the pixel ones are not part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -48,6 +48,13 @@ Presets (default: sweep)
     continuous-learning  the learning runs behind the continuous charts: Pendulum-v1 x the
              frameworks as meant to run, 100 iterations, and HalfCheetah-v5 x {torch,
              linen}_gymnasium for 1M env steps (122 iterations), small; --repeats 3
+    pixels   learning from images: Breakout-MinAtar and Asterix-MinAtar x the frameworks as meant to
+             run and {torch, linen}_gymnasium (sync) x cnn and small (the same env, CNN against MLP),
+             and Atari's Breakout-v5 x {torch, linen}_gymnasium-envpool x cnn at CleanRL's Atari batch
+             (8 envs x 128 steps, 4 epochs of 4 minibatches, in subfolder atari); --sync-timing, 20
+             iterations (or --iterations)
+    pixels-learning  the learning runs behind the pixel charts: Breakout-MinAtar x {linen, torch} x
+             cnn, 300 iterations (2.5M env steps); --repeats 3
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -125,10 +132,15 @@ ENV_ALONE=(env-gymnax env-sync env-vector env-envpool)  # envscale: each env alo
 CONTINUOUS_ENVS=(Pendulum-v1 MountainCarContinuous-v0)  # continuous actions in Gymnax, twinned in Gymnasium
 MUJOCO_ENVS=(HalfCheetah-v5 Hopper-v5 Walker2d-v5)       # MuJoCo's C engine: the CPU-env scripts only
 VECTOR_ENVS=(CartPole-v1)  # the scripts' VECTORIZATIONS (async: every env)
-ENVPOOL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 Pendulum-v1 MountainCarContinuous-v0 HalfCheetah-v5 Hopper-v5 Walker2d-v5)
+ENVPOOL_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 Pendulum-v1 MountainCarContinuous-v0 HalfCheetah-v5 Hopper-v5 Walker2d-v5 Breakout-v5 Pong-v5)
+ATARI_ENVS=(Breakout-v5 Pong-v5)  # EnvPool only
 CONTINUOUS_CPU=(torch_gymnasium torch_gymnasium-async torch_gymnasium-envpool                # continuous
                 linen_gymnasium linen_gymnasium-async linen_gymnasium-envpool)
 HALFCHEETAH_ITERATIONS=122  # continuous-learning: 1M env steps of 32 envs x 256 steps
+PIXEL_ENVS=(Breakout-MinAtar Asterix-MinAtar)  # pixels: MinAtar's images, in JAX and on the CPU
+PIXELS_CPU=(torch_gymnasium linen_gymnasium)
+ATARI_ARGS="--num-envs,8,--num-steps,128,--num-minibatches,4,--update-epochs,4"  # CleanRL ppo_atari_envpool.py's
+PIXELS_LEARNING_ITERATIONS=300  # pixels-learning: 2.5M env steps of 32 envs x 256 steps
 CLEANRL_ARGS="--num-envs,4,--num-steps,128,--num-minibatches,4,--update-epochs,4"  # CleanRL ppo.py's defaults
 ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envscale
 AGENT_VARIANTS=(linen_agents nnx_agents torch_agents torch_agents_compile)  # agents: N in one process
@@ -187,8 +199,8 @@ offers() {  # whether variant $1 can step env $2: a vectorization offers only so
     *-vector) contains "$2" "${VECTOR_ENVS[@]}" ;;
     *-envpool) contains "$2" "${ENVPOOL_ENVS[@]}" ;;
     env-mjx) [[ $2 == HalfCheetah-v5 ]] ;;  # env_alone.py's MJX line
-    env-gymnax) ! contains "$2" "${MUJOCO_ENVS[@]}" ;;
-    *) return 0 ;;
+    env-gymnax) ! contains "$2" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;
+    *) ! contains "$2" "${ATARI_ENVS[@]}" ;;
   esac
 }
 split() { tr ',' ' ' <<<"$1"; }
@@ -240,8 +252,8 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning) experiments=("$preset") ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, continuous or continuous-learning" ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning) experiments=("$preset") ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, continuous, continuous-learning, pixels or pixels-learning" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -263,13 +275,13 @@ case $envs_opt in
   *) env_filter=($(split "$envs_opt")) ;;
 esac
 for e in "${env_filter[@]}"; do
-  contains "$e" "${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}" "${CRAFTAX_ENVS[@]}" "${CONTINUOUS_ENVS[@]}" "${MUJOCO_ENVS[@]}" ||
-    die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} ${CRAFTAX_ENVS[*]} ${CONTINUOUS_ENVS[*]} ${MUJOCO_ENVS[*]} (or benchback-rl, extra, all)"
+  contains "$e" "${BENCHBACK_RL_ENVS[@]}" "${EXTRA_ENVS[@]}" "${CRAFTAX_ENVS[@]}" "${CONTINUOUS_ENVS[@]}" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ||
+    die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} ${CRAFTAX_ENVS[*]} ${CONTINUOUS_ENVS[*]} ${MUJOCO_ENVS[*]} ${ATARI_ENVS[*]} (or benchback-rl, extra, all)"
 done
 variant_filter=($(split "$variants_opt"))
 for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"; done
 model_filter=($(split "$models_opt"))
-for m in "${model_filter[@]}"; do contains "$m" "${MODELS[@]}" || die "unknown model '$m': small, medium, large"; done
+for m in "${model_filter[@]}"; do contains "$m" "${MODELS[@]}" cnn || die "unknown model '$m': small, medium, large, cnn"; done
 
 # ---- the plan: one line per run, "experiment repeat env variant model sync subfolder args"
 # (args: the run's own script arguments, comma-separated, or -)
@@ -282,16 +294,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous*) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels*) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous*) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels*) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -370,6 +382,11 @@ for r in $(seq 1 "$repeats"); do
       continuous-learning)
         add continuous-learning "$r" async - - Pendulum-v1 -- "${AS_MEANT[@]}" -- small
         add continuous-learning "$r" async - "--num-iterations,$HALFCHEETAH_ITERATIONS" HalfCheetah-v5 -- linen_gymnasium torch_gymnasium -- small ;;
+      pixels)
+        add pixels "$r" sync - "--num-iterations,${iterations:-20}" "${PIXEL_ENVS[@]}" -- "${AS_MEANT[@]}" "${PIXELS_CPU[@]}" -- cnn small
+        add pixels "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 -- \
+          torch_gymnasium-envpool linen_gymnasium-envpool -- cnn ;;
+      pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
           add tuning "$r" sync "${pair#*:}" "--num-iterations,${iterations:-20}" "${tuning_envs[@]}" -- "${pair%%:*}" -- small medium
@@ -432,7 +449,7 @@ command_of() {
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }

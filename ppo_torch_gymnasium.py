@@ -41,7 +41,7 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    """a Gymnax environment id, whose Gymnasium twin (same dynamics) runs, or a MuJoCo task: HalfCheetah-v5, Hopper-v5, Walker2d-v5"""
+    """a Gymnax environment id, whose Gymnasium twin (same dynamics) runs, or a MuJoCo task: HalfCheetah-v5, Hopper-v5, Walker2d-v5, or with --vectorization envpool an Atari game: Breakout-v5, Pong-v5"""
     vectorization: Literal["sync", "async", "vector", "envpool"] = "sync"
     """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
     model: Literal["small", "medium", "large", "cnn"] = "small"
@@ -129,13 +129,20 @@ TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and
     "HalfCheetah-v5": ("HalfCheetah-v5", {}),
     "Hopper-v5": ("Hopper-v5", {}),
     "Walker2d-v5": ("Walker2d-v5", {}),
+    # Atari through EnvPool (its ROMs are in its wheel), as CleanRL's ppo_atari_envpool.py: EnvPool's 84x84
+    # grey frames, 4 stacked, 4 frames a step; a lost life ends an episode for learning, rewards clipped to
+    # their sign, while the episode statistics count whole games and their scores (env_step)
+    "Breakout-v5": ("Breakout-v5", dict(episodic_life=True, reward_clip=True)),
+    "Pong-v5": ("Pong-v5", dict(episodic_life=True, reward_clip=True)),
 }
+ATARI = ("Breakout-v5", "Pong-v5")
+GYMNASIUM = tuple(env for env in TWINS if env not in ATARI)
 VECTORIZATIONS = {  # each way to step the envs, and the twins it offers
-    "sync": tuple(TWINS),  # Gymnasium's SyncVectorEnv: one env after another
-    "async": tuple(TWINS),  # Gymnasium's AsyncVectorEnv: a worker process per env, for expensive envs
+    "sync": GYMNASIUM,  # Gymnasium's SyncVectorEnv: one env after another
+    "async": GYMNASIUM,  # Gymnasium's AsyncVectorEnv: a worker process per env, for expensive envs
     "vector": ("CartPole-v1",),  # Gymnasium's NumPy-vectorized envs: one array operation for all of them
     "envpool": ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0",
-                "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"),  # EnvPool's C++ envs (its MinAtar has none)
+                "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", *ATARI),  # EnvPool's C++ envs (its MinAtar has none)
 }
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 
@@ -232,14 +239,27 @@ class EnvStep(NamedTuple):
     episode_length: np.ndarray
 
 
-def flatten_obs(obs, num_envs):
-    return obs.reshape(num_envs, -1).astype(np.float32)  # MinAtar grids -> vectors (a copy)
+def frames(envs) -> bool:
+    """EnvPool's Atari envs, whose observations are stacked frames (stack, h, w)."""
+    return "stack_num" in getattr(envs, "config", {})
+
+
+def observation_shape(envs) -> tuple[int, ...]:
+    """One observation's shape as flatten_obs hands it over: images as (h, w, channels)."""
+    shape = envs.single_observation_space.shape
+    return (*shape[1:], shape[0]) if frames(envs) else shape
+
+
+def flatten_obs(obs, envs):
+    """A float32 row per observation (a copy): MinAtar's grids as they come, Atari's frames moved to
+    (h, w, stack) in the same copy, the image layout every script's CNN takes."""
+    return (np.moveaxis(obs, 1, -1) if frames(envs) else obs).astype(np.float32, order="C").reshape(len(obs), -1)
 
 
 def env_reset(envs, seed, norm: Normalizer | None = None, learn=True):
     seeded = "seed" in getattr(envs, "config", {})  # EnvPool's envs were seeded by make_env
     obs, _ = envs.reset() if seeded else envs.reset(seed=seed)  # env i is seeded with seed + i
-    zeros, obs = np.zeros(envs.num_envs, np.float32), flatten_obs(obs, envs.num_envs)
+    zeros, obs = np.zeros(envs.num_envs, np.float32), flatten_obs(obs, envs)
     if norm is not None:
         norm, obs = norm.observe(obs, learn)
     return obs, EnvState(zeros, zeros, np.zeros(envs.num_envs, bool), norm)
@@ -253,15 +273,17 @@ def env_step(envs, state: EnvState, action, gamma=None):
     if continuous(envs):  # the env gets the sampled action clipped to its bounds
         action = np.clip(action, envs.single_action_space.low, envs.single_action_space.high)
     obs, reward, terminated, truncated, info = envs.step(action)
-    obs, reward, done = flatten_obs(obs, envs.num_envs), reward.astype(np.float32), terminated | truncated
+    obs, reward, done = flatten_obs(obs, envs), reward.astype(np.float32), terminated | truncated
     bootstrap = truncated & ~terminated  # only these need the value of their final observation
     if envs.metadata["autoreset_mode"] == SAME_STEP:
-        final_obs = flatten_obs(np.stack(info["final_obs"][bootstrap]), bootstrap.sum()) if bootstrap.any() else obs[:0]
+        final_obs = flatten_obs(np.stack(info["final_obs"][bootstrap]), envs) if bootstrap.any() else obs[:0]
         resetting = np.zeros_like(done)
     else:
         final_obs, resetting = obs[bootstrap], done
     valid = (~state.resetting).astype(np.float32)
-    episode_return = state.episode_return + reward  # a reset step's reward is 0
+    # Atari's statistics (CleanRL's): a game's score before clipping, until the game ends with its last life
+    ended = info["terminated"].astype(bool) | truncated if frames(envs) else done
+    episode_return = state.episode_return + (info["reward"] if frames(envs) else reward)  # a reset step's is 0
     episode_length = state.episode_length + valid
     norm = state.norm  # (a next-step autoreset's reset step joins the statistics, as in Gymnasium's wrappers)
     if norm is not None:
@@ -270,8 +292,8 @@ def env_step(envs, state: EnvState, action, gamma=None):
         if gamma is not None:
             norm, reward = norm.scale(reward, terminated, gamma)
     step = EnvStep(obs, reward, terminated, truncated, valid, final_obs,
-                   np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
-    state = EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting, norm)
+                   np.where(ended, episode_return, 0.0), np.where(ended, episode_length, 0.0))
+    state = EnvState(np.where(ended, 0.0, episode_return), np.where(ended, 0.0, episode_length), resetting, norm)
     return state, step
 
 
@@ -474,7 +496,7 @@ def rollout(agent: ActorCritic, runner: Runner, envs, args: Args):
     batch = Batch(flat(obs_t), flat(actions), flat(logprobs), flat(values), flat(advantages), flat(returns),
                   flat(out.valid))
     stats = {
-        "episodes": (out.terminated | out.truncated).sum().float(),
+        "episodes": (out.episode_length > 0).sum().float(),  # Atari's: games
         "transitions": out.valid.sum(),  # steps but a next-step autoreset's reset steps
         "episodic_return_sum": out.episode_return.sum(),
         "episodic_length_sum": out.episode_length.sum(),
@@ -494,7 +516,7 @@ def evaluate(agent: ActorCritic, norm: Normalizer | None, args: Args, num_episod
         with torch.no_grad():
             action = greedy(agent.policy(torch.from_numpy(obs).to(device)))
         env_state, out = env_step(envs, env_state, action.cpu().numpy())
-        ended = (out.terminated | out.truncated) & ~done  # each env's first episode only
+        ended = (out.episode_length > 0) & ~done  # each env's first episode (Atari's: game) only
         returns[ended] = out.episode_return[ended]
         done, obs = done | ended, out.obs
     envs.close()
@@ -692,7 +714,7 @@ class RunLog:
 def train(args: Args, envs, log: RunLog, saved: dict | None = None):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; the same seed seeds the environments
     device = torch_device()
-    obs_shape, space = envs.single_observation_space.shape, envs.single_action_space
+    obs_shape, space = observation_shape(envs), envs.single_action_space
     norm = Normalizer.start(math.prod(obs_shape), args.num_envs, saved.get("normalizer") if saved else None) if normalizes(args, envs) else None
     obs, env_state = env_reset(envs, args.seed, norm)
     num_actions = space.shape[0] if continuous(envs) else space.n  # a Gaussian's dimensions, or logits
@@ -763,7 +785,7 @@ def main():
     check_args(args)
     envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
     args = with_defaults(args, continuous(envs))
-    if args.model == "cnn" and len(shape := envs.single_observation_space.shape) != 3:
+    if args.model == "cnn" and len(shape := observation_shape(envs)) != 3:
         fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
     # a model this run cannot start from is refused before anything is written
     saved = read_model(args.load_model, args, normalizes(args, envs)) if args.load_model else None

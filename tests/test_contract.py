@@ -194,6 +194,19 @@ def test_cnn_runs_on_images(script, tmp_path):
     assert (trained / summary["saved_model"]).exists() and len(summary["eval/episodic_returns"]) == 2
 
 
+@pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
+def test_cnn_runs_on_atari(script, tmp_path):
+    """--model cnn on Atari frames through EnvPool, as the README runs it (at a tiny batch): the Nature CNN
+    trains, saves and plays whole games greedily."""
+    args = ("--env-id", "Breakout-v5", "--vectorization", "envpool", "--model", "cnn", "--num-envs", "2",
+            "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "1", "--num-iterations", "2")  # games end
+    trained = run_ok(script, *args, "--save-model", "--eval-episodes", "1", log_dir=tmp_path)
+    info, summary = read_json(trained / "run.json"), read_json(trained / "summary.json")
+    assert info["env"] == {"id": "Breakout-v5", "vectorization": "envpool", "autoreset": "NextStep"}
+    assert TAGS <= set(scalars(trained)) and (trained / summary["saved_model"]).exists()
+    assert len(summary["eval/episodic_returns"]) == 1
+
+
 FLOAT32 = {"jax": "float32", "torch": "highest"}  # full float32 matmuls, in each framework's words
 BAD_INPUTS = {
     "unknown env": (["--env-id", "NoSuchEnv-v0"], ["NoSuchEnv-v0", "CartPole-v1"]),

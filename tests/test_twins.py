@@ -84,7 +84,7 @@ def test_classic_control_twins_step_alike(env_id):
 MUJOCO = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")  # no Gymnax twin: each runs as itself
 
 
-@pytest.mark.parametrize("env_id", [e for e in twins() if e not in MUJOCO])
+@pytest.mark.parametrize("env_id", [e for e in twins() if e not in MUJOCO + load(GYMNASIUM_SCRIPTS[0]).ATARI])
 def test_twins_have_gymnax_spaces_and_time_limits(env_id):
     import gymnax
 
