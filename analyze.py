@@ -33,6 +33,7 @@ from analysis.findings import findings_section
 from analysis.headline import headline_section, study_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
+from analysis.pixels import pixels_learning_section, pixels_section
 from analysis.runs import EXPERIMENTS, find_runs, pack
 from analysis.tuning import gemm_section, tuning_section
 
@@ -61,17 +62,18 @@ def report(args: Report) -> int:
         console.print("[red]error[/]: no complete run found in " + ", ".join(args.runs))
         return 1
     out.mkdir(parents=True, exist_ok=True)
-    # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's)
-    times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith("continuous")}))
+    # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's; the
+    # pixel study's envs are MinAtar's, measured with the others, and Atari, which is not Gymnax's)
+    times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(("continuous", "pixels"))}))
     cx = complexity(times)
     o = Output(out)
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
-     continuous_learning) = map(of, EXPERIMENTS)  # in order
+     continuous_learning, pixels, pixels_learning) = map(of, EXPERIMENTS)  # in order
     if exp1:
-        headline_section(exp1, cpuenv, agents, expensive, continuous, o)
+        headline_section(exp1, cpuenv, agents, expensive, continuous, pixels, o)
     o.heading("The study")
     study_section(runs, skipped, o)
     if times:
@@ -99,6 +101,10 @@ def report(args: Report) -> int:
         continuous_section(continuous, o)
     if continuous_learning:
         continuous_learning_section(continuous_learning, o)
+    if pixels:
+        pixels_section(pixels, o)
+    if pixels_learning:
+        pixels_learning_section(pixels_learning, o)
     if tuning:
         tuning_section(tuning, o)
         gemm_section(tuning, o)
@@ -106,7 +112,8 @@ def report(args: Report) -> int:
         findings_section(exp1, exp2, exp3, cx, o)
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
     # envscale's, the agent scripts', nor Craftax's)
-    not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning")
+    not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
+                  "pixels", "pixels-learning")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     if skipped:

@@ -23,7 +23,7 @@ C_ENGINE = "env-sync"  # Gymnasium's sync loop: MuJoCo's C engine, what MJX is s
 BARS = {"Pendulum-v1": -300.0, "HalfCheetah-v5": 1000.0}  # the final return every seed must reach
 
 
-def learning_rows(runs) -> list[list]:
+def learning_rows(runs, bars=BARS) -> list[list]:
     """Per env and variant: the seeds, the mean return of the first 10 logged iterations (near random), their
     final returns (mean of the last 10 iterations' episodes),
     the bar, how many seeds reached it, and a run's env steps (its time is the continuous timing study's)."""
@@ -35,7 +35,7 @@ def learning_rows(runs) -> list[list]:
             finals = [f for f in finals if f is not None]
             if not finals:
                 continue
-            bar = BARS.get(env)
+            bar = bars.get(env)
             reached = "–" if bar is None else f"{sum(f >= bar for f in finals)} of {len(finals)}"
             steps = max(int(r.series("time/iteration")[0][-1]) for r in mine)
             first = [float(np.mean(r.series("charts/episodic_return")[1][:10])) for r in mine]
@@ -74,9 +74,9 @@ def ratio_rows(runs, reference: str, others) -> list[list]:
     return rows
 
 
-def share_rows(runs) -> list[list]:
+def share_rows(runs, groups=GROUPS) -> list[list]:
     """Per env and model: each variant's rollout share (median over repeats), all variants in one row."""
-    variants = [v for group in GROUPS.items() for v in (group[0], *group[1])]
+    variants = [v for group in groups.items() for v in (group[0], *group[1])]
     rows = []
     for env, model in sorted({(r.env_id, r.model) for r in runs if r.variant in variants}):
         sel = lambda v: [r for r in runs if (r.env_id, r.model, r.variant) == (env, model, v)]

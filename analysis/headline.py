@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from . import agents, continuous, cpuenv, expensive
+from . import agents, continuous, cpuenv, expensive, pixels
 from .exp1 import REFERENCE, linen_seconds, runs_behind
 from .output import NAMES, color, fmt, name, variant_order
 from .runs import EXPERIMENTS
@@ -27,7 +27,7 @@ def study_section(runs, skipped, out):
     sessions_table(runs, out)
     rows = []
     for exp in EXPERIMENTS:
-        for model in MODELS:
+        for model in (*MODELS, "cnn"):  # cnn: the pixel presets' CNN
             sel = [r for r in runs if r.experiment == exp and r.model == model]
             if sel:
                 its = sorted({r.num_iterations for r in sel})
@@ -60,7 +60,7 @@ def sessions_table(runs, out):
 
 
 
-def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_runs, out):
+def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_runs, pixel_runs, out):
     """README's table: each variant's steady-state time against Linen's at each model size."""
     models = models_in(exp1)
     variants = [v for v in variant_order({r.variant for r in exp1}) if v != REFERENCE]
@@ -84,7 +84,7 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
                      if bucket_means(exp1, v, "small")]
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
     rows += cpuenv.headline_rows(cpuenv_runs) + agents.headline_rows(agent_runs) + expensive.headline_rows(expensive_runs)
-    rows += continuous.headline_rows(continuous_runs)
+    rows += continuous.headline_rows(continuous_runs) + pixels.headline_rows(pixel_runs)
     out.table("What else a user weighs (small model)", ["", "measured"], rows, block="headline-more")
     plot_headline(exp1, models, variants, out)
 

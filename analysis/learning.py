@@ -39,7 +39,8 @@ def plot_learning_curves(runs, against: str, out, name: str | None = None, capti
         ax.legend(fontsize=6, title="variant (runs)", title_fontsize=6)
     for ax in axes.flat[len(envs):]:
         ax.axis("off")
-    fig.suptitle(f"Return against {against}: small model, mean and min..max over runs")
+    models = " and ".join(sorted({r.model for r in runs}))
+    fig.suptitle(f"Return against {against}: {models} model, mean and min..max over runs")
     fig.tight_layout()
     name = name or ("learning_curves.png" if against == "steps" else "learning_curves_time.png")
     caption = caption or ("Return against env steps: the curves of one env should lie on top of each other, since "

@@ -8,16 +8,13 @@ import functools
 from functools import partial
 
 import numpy as np
+import reference as ref
 from helpers import load
 from reference import CNNS, NETS
 
 
 def feature_shape(weights) -> tuple[int, int, int]:
-    """(h, w, channels) of a CNN's last convolution, which its dense layer takes flattened."""
-    h, w, c = weights["image_shape"]
-    for filters, size, stride in CNNS[weights["cnn"]]["convs"]:
-        h, w, c = (h - size) // stride + 1, (w - size) // stride + 1, filters
-    return h, w, c
+    return ref.feature_shape(weights["image_shape"], weights["cnn"])
 
 
 def rows_to_chw(kernel, shape):

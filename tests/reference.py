@@ -34,17 +34,25 @@ def random_weights(rng, obs_dim, hidden, num_actions, continuous=False) -> dict:
     return weights
 
 
+def feature_shape(image_shape, cnn) -> tuple[int, int, int]:
+    """(h, w, channels) of a CNN's last convolution on (h, w, channels) images: what its dense layer takes."""
+    h, w, channels = image_shape
+    for filters, size, stride in CNNS[cnn]["convs"]:
+        h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
+    return h, w, channels
+
+
 def random_cnn_weights(rng, image_shape, cnn, num_actions) -> dict:
     """A CNN's weights for (h, w, channels) images, scaled to keep every layer's output near 1."""
-    layout, (h, w, channels) = CNNS[cnn], image_shape
+    layout, channels = CNNS[cnn], image_shape[2]
     weights = {"cnn": cnn, "image_shape": tuple(image_shape), "conv": []}
-    for filters, size, stride in layout["convs"]:
+    for filters, size, _ in layout["convs"]:
         fan_in = size * size * channels  # of the scaled input
         weights["conv"].append((rng.normal(0, 1 / np.sqrt(fan_in), (size, size, channels, filters)).astype(np.float32),
                                 rng.normal(0, 0.1, filters).astype(np.float32)))
-        h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
-    sizes = {"torso": (h * w * channels, layout["dense"]), "actor": (layout["dense"], num_actions),
-             "critic": (layout["dense"], 1)}
+        channels = filters
+    sizes = {"torso": (int(np.prod(feature_shape(image_shape, cnn))), layout["dense"]),
+             "actor": (layout["dense"], num_actions), "critic": (layout["dense"], 1)}
     for net, (i, o) in sizes.items():
         weights[net] = [(rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32),
                          rng.normal(0, 0.1, o).astype(np.float32))]

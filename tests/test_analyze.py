@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from analysis import agents, continuous, cpuenv, docs, expensive, runs, stats
+from analysis import agents, continuous, cpuenv, docs, expensive, pixels, runs, stats
 from helpers import ROOT, STEADY, TINY
 
 STARTUP = 1.5  # seconds from a fake run's start to its first iteration
@@ -573,3 +573,51 @@ def test_continuous_timing_against_linen_and_the_c_engine(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
     assert "## Continuous actions: time" in report and (out / "continuous_env_alone.png").exists()
+
+
+def test_pixels_timing_cnn_against_mlp_and_linen(tmp_path):
+    """bench.sh's pixels folder: each variant over its group's yardstick per repeat and model, each variant's
+    CNN over its own MLP on the same game and repeat (never across repeats), Atari's group, README's lines."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "out"
+    for seed in (1, 2, 3):
+        folder = runs_dir / "pixels" / f"r{seed}"
+        for variant, env, model, factor in (
+                ("linen", "Breakout-MinAtar", "small", 1), ("torch", "Breakout-MinAtar", "small", 4),
+                ("linen", "Breakout-MinAtar", "cnn", 3), ("torch", "Breakout-MinAtar", "cnn", 3 * seed),
+                ("linen_gymnasium-envpool", "Breakout-v5", "cnn", 10), ("torch_gymnasium-envpool", "Breakout-v5", "cnn", 5)):
+            fake_run(folder / ("atari" if env == "Breakout-v5" else ""), variant, env, model, seed, 10.0,
+                     [x * factor for x in ITERATIONS], synced=True, rollout_share=0.5 if model == "small" else 0.2)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    assert {r.experiment for r in loaded} == {"pixels"}
+    jax_env = pixels.ratio_rows(loaded, "linen", pixels.GROUPS["linen"])
+    assert [row[:4] + row[-2:] for row in jax_env] == [
+        ["Breakout-MinAtar", "cnn", 1.5, 0.2, "2.00x (1.00–3.00, n = 3)", "not run"],
+        ["Breakout-MinAtar", "small", 0.5, 0.5, "4.00x (4.00–4.00, n = 3)", "not run"]]
+    atari = pixels.ratio_rows(loaded, "linen_gymnasium-envpool", pixels.GROUPS["linen_gymnasium-envpool"])
+    assert atari == [["Breakout-v5", "cnn", 5.0, 0.2, "0.50x (0.50–0.50, n = 3)"]]
+    variants, rows = pixels.cnn_rows(loaded)
+    assert variants == ["linen", "torch"] and rows == [["Breakout-MinAtar", "3.00x (3.00–3.00, n = 3)",
+                                                        "1.50x (0.75–2.25, n = 3)"]]
+    lines = dict(pixels.headline_rows(loaded))
+    assert lines["pixels, Breakout-v5 with the CNN: PyTorch / Linen, both stepping EnvPool's Atari (whole iteration)"] \
+        == "0.50x (0.50–0.50, n = 3)"
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "## Learning from pixels: time" in report and (out / "pixels.png").exists()
+
+
+def test_pixels_learning_against_the_bar(tmp_path):
+    """bench.sh's pixels-learning folder: each seed of Breakout-MinAtar's CNN against the bar of 10, and both
+    learning charts (against steps and against wall time)."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "out"
+    for seed, final in ((1, 12.0), (2, 8.0)):
+        fake_run(runs_dir / "pixels-learning" / f"r{seed}", "torch", "Breakout-MinAtar", "cnn", seed, 10.0, ITERATIONS,
+                 final_return=final)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    rows = pixels.learning_rows(loaded, pixels.BARS)
+    assert [(r[1], r[2], r[4], r[6], r[7]) for r in rows] == [("torch", 2, 10.0, 10.0, "1 of 2")]
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "pixels_learning.png").exists() and (out / "pixels_learning_time.png").exists()
+    assert "| Breakout-MinAtar | torch | 2 |" in (out / "REPORT.md").read_text()
