@@ -326,7 +326,7 @@ def conv(in_channels: int, filters: int, size: int, stride: int, key) -> eqx.nn.
 
 def convolve(layer: eqx.nn.Conv2d, x):
     """layer(x) for one image (channel, h, w), VALID. On a CPU, XLA runs a convolution's kernel gradient
-    inside a loop (our minibatch scan) on a slow path, 8-25x slower here (jax-ml/jax#12868): there, the
+    inside a loop (our minibatch scan) on a slow path (jax-ml/jax#12868; tests/benchmark_conv.py): there, the
     same convolution as its patches (strided slices) times the kernel, whose gradient is a matrix
     product. Elsewhere, Equinox's own."""
     if jax.default_backend() != "cpu":

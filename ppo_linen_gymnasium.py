@@ -139,13 +139,12 @@ TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and
     "HalfCheetah-v5": ("HalfCheetah-v5", {}),
     "Hopper-v5": ("Hopper-v5", {}),
     "Walker2d-v5": ("Walker2d-v5", {}),
-    # Atari through EnvPool (its ROMs are in its wheel), as CleanRL's ppo_atari_envpool.py: EnvPool's 84x84
-    # grey frames, 4 stacked, 4 frames a step; a lost life ends an episode for learning, rewards clipped to
-    # their sign, while the episode statistics count whole games and their scores (env_step)
-    "Breakout-v5": ("Breakout-v5", dict(episodic_life=True, reward_clip=True)),
-    "Pong-v5": ("Pong-v5", dict(episodic_life=True, reward_clip=True)),
 }
+# Atari through EnvPool (its ROMs are in its wheel), as CleanRL's ppo_atari_envpool.py: EnvPool's 84x84 grey
+# frames, 4 stacked, 4 frames a step; a lost life ends an episode for learning, rewards clipped to their sign,
+# while the episode statistics count whole games and their scores (env_step)
 ATARI = ("Breakout-v5", "Pong-v5")
+TWINS |= {game: (game, dict(episodic_life=True, reward_clip=True)) for game in ATARI}
 GYMNASIUM = tuple(env for env in TWINS if env not in ATARI)
 VECTORIZATIONS = {  # each way to step the envs, and the twins it offers
     "sync": GYMNASIUM,  # Gymnasium's SyncVectorEnv: one env after another
@@ -292,8 +291,8 @@ def env_step(envs, state: EnvState, action, gamma=None):
         final_obs, resetting = obs[bootstrap], done
     valid = (~state.resetting).astype(np.float32)
     # Atari's statistics (CleanRL's): a game's score before clipping, until the game ends with its last life
-    ended = info["terminated"].astype(bool) | truncated if frames(envs) else done
-    episode_return = state.episode_return + (info["reward"] if frames(envs) else reward)  # a reset step's is 0
+    score, ended = (info["reward"], info["terminated"].astype(bool) | truncated) if frames(envs) else (reward, done)
+    episode_return = state.episode_return + score  # a reset step's is 0
     episode_length = state.episode_length + valid
     norm = state.norm  # (a next-step autoreset's reset step joins the statistics, as in Gymnasium's wrappers)
     if norm is not None:
@@ -323,7 +322,7 @@ class MLP(nn.Module):
 
 def conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs):
     """nn.Conv's convolution (NHWC images, HWIO kernel, VALID). On a CPU, XLA runs a convolution's kernel
-    gradient inside a loop (our minibatch scan) on a slow path, 8-25x slower here (jax-ml/jax#12868):
+    gradient inside a loop (our minibatch scan) on a slow path (jax-ml/jax#12868; tests/benchmark_conv.py):
     there, the same convolution as its patches (strided slices) times the kernel, whose gradient is a
     matrix product. Elsewhere, XLA's own."""
     if jax.default_backend() != "cpu":

@@ -313,7 +313,7 @@ class MLP(nnx.Module):
 
 def conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs):
     """nnx.Conv's convolution (NHWC images, HWIO kernel, VALID). On a CPU, XLA runs a convolution's kernel
-    gradient inside a loop (our minibatch scan) on a slow path, 8-25x slower here (jax-ml/jax#12868):
+    gradient inside a loop (our minibatch scan) on a slow path (jax-ml/jax#12868; tests/benchmark_conv.py):
     there, the same convolution as its patches (strided slices) times the kernel, whose gradient is a
     matrix product. Elsewhere, XLA's own."""
     if jax.default_backend() != "cpu":

@@ -147,18 +147,27 @@ def continuous_section(runs, out):
               ["env", "backend", "env steps/s", f"/ {C_ENGINE}"], env_alone_rows(runs), block="continuous-env-alone")
 
 
+def ratio_lines(runs, model: str, lines) -> list[list[str]]:
+    """README's lines: for each (a, b, env, label), a's steady iteration over b's on env with this model,
+    where at least three repeats paired them."""
+    rows = []
+    for a, b, env, label in lines:
+        ratios = pair_ratios(runs, a, b, ITERATION).get((env, model), [])
+        if len(ratios) >= 3:
+            rows.append([f"{label} (whole iteration)", median_range(ratios, ratio=True)])
+    return rows
+
+
 def headline_rows(runs) -> list[list[str]]:
     """README's continuous lines (small model, at least three repeats): PyTorch against Linen on
     Pendulum-v1 with the env in JAX and on HalfCheetah-v5 with the env on the CPU, and MJX against
     the C engine."""
-    rows = []
-    for a, b, env, what in (("torch", "linen", "Pendulum-v1", "PyTorch, eager / Linen, Gymnax env"),
-                            ("torch_compile", "linen", "Pendulum-v1", "PyTorch, torch.compile / Linen, Gymnax env"),
-                            ("torch_gymnasium", "linen_gymnasium", "HalfCheetah-v5",
-                             "PyTorch / Linen, both stepping MuJoCo's C engine")):
-        ratios = pair_ratios(runs, a, b, ITERATION).get((env, "small"), [])
-        if len(ratios) >= 3:
-            rows.append([f"continuous actions, {env}: {what} (whole iteration)", median_range(ratios, ratio=True)])
+    rows = ratio_lines(runs, "small", (
+        ("torch", "linen", "Pendulum-v1", "continuous actions, Pendulum-v1: PyTorch, eager / Linen, Gymnax env"),
+        ("torch_compile", "linen", "Pendulum-v1",
+         "continuous actions, Pendulum-v1: PyTorch, torch.compile / Linen, Gymnax env"),
+        ("torch_gymnasium", "linen_gymnasium", "HalfCheetah-v5",
+         "continuous actions, HalfCheetah-v5: PyTorch / Linen, both stepping MuJoCo's C engine")))
     mjx, c_engine = throughput(runs, "HalfCheetah-v5", "env-mjx"), throughput(runs, "HalfCheetah-v5", C_ENGINE)
     if len(mjx) >= 3 and len(c_engine) >= 3:
         rows.append(["HalfCheetah-v5 alone: MJX (MuJoCo in JAX) / the C engine, env steps per second on this CPU",

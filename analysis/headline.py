@@ -85,7 +85,7 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
     rows += cpuenv.headline_rows(cpuenv_runs) + agents.headline_rows(agent_runs) + expensive.headline_rows(expensive_runs)
     rows += continuous.headline_rows(continuous_runs) + pixels.headline_rows(pixel_runs)
-    out.table("What else a user weighs (small model)", ["", "measured"], rows, block="headline-more")
+    out.table("What else a user weighs (small model, unless a line names another)", ["", "measured"], rows, block="headline-more")
     plot_headline(exp1, models, variants, out)
 
 

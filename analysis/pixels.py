@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .continuous import learning_rows, ratio_rows, share_rows
+from .continuous import learning_rows, ratio_lines, ratio_rows, share_rows
 from .expensive import ITERATION
 from .learning import plot_learning_curves
 from .output import color, variant_order
@@ -121,12 +121,9 @@ def pixels_learning_section(runs, out):
 def headline_rows(runs) -> list[list[str]]:
     """README's pixel lines (the CNN, at least three repeats): PyTorch against Linen on Breakout-MinAtar
     with the env in JAX, and on Atari's Breakout-v5 through EnvPool."""
-    rows = []
-    for a, b, env, what in (("torch", "linen", "Breakout-MinAtar", "PyTorch, eager / Linen, Gymnax env"),
-                            ("torch_compile", "linen", "Breakout-MinAtar", "PyTorch, torch.compile / Linen, Gymnax env"),
-                            ("torch_gymnasium-envpool", "linen_gymnasium-envpool", "Breakout-v5",
-                             "PyTorch / Linen, both stepping EnvPool's Atari")):
-        ratios = pair_ratios(runs, a, b, ITERATION).get((env, "cnn"), [])
-        if len(ratios) >= 3:
-            rows.append([f"pixels, {env} with the CNN: {what} (whole iteration)", median_range(ratios, ratio=True)])
-    return rows
+    return ratio_lines(runs, "cnn", (
+        ("torch", "linen", "Breakout-MinAtar", "pixels, Breakout-MinAtar with the CNN: PyTorch, eager / Linen, Gymnax env"),
+        ("torch_compile", "linen", "Breakout-MinAtar",
+         "pixels, Breakout-MinAtar with the CNN: PyTorch, torch.compile / Linen, Gymnax env"),
+        ("torch_gymnasium-envpool", "linen_gymnasium-envpool", "Breakout-v5",
+         "pixels, Breakout-v5 with the CNN: PyTorch / Linen, both stepping EnvPool's Atari")))
