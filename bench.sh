@@ -13,8 +13,8 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning
-               one part of the schedule alone (tuning, the continuous and the pixel ones are not part of sweep)
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu
+               one part of the schedule alone (tuning, the continuous, pixel and GPU ones are not part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -55,6 +55,12 @@ Presets (default: sweep)
              iterations (or --iterations)
     pixels-learning  the learning runs behind the pixel charts: Breakout-MinAtar x {linen, torch} x
              cnn, 300 iterations (2.5M env steps); --repeats 3
+    gpu      on a GPU: CartPole-v1 and Breakout-MinAtar x the frameworks as meant to run x 3 model
+             sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
+             Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
+             --sync-timing, 20 iterations (or --iterations)
+  gpucheck     a smoke test of every CUDA path on any GPU machine, a few minutes (gpucheck.py:
+               one line per check, into DIR/gpucheck.json too); exit 1 if a check fails
 
 Options
   --out DIR          where runs go: DIR/<experiment>/r<repeat>/<run dir> (default: runs)
@@ -252,8 +258,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning) experiments=("$preset") ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, continuous, continuous-learning, pixels or pixels-learning" ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu) experiments=("$preset") ;;
+  gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, continuous, continuous-learning, pixels, pixels-learning, gpu or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -294,16 +301,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels*) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels*) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -386,6 +393,12 @@ for r in $(seq 1 "$repeats"); do
         add pixels "$r" sync - "--num-iterations,${iterations:-20}" "${PIXEL_ENVS[@]}" -- "${AS_MEANT[@]}" "${PIXELS_CPU[@]}" -- cnn small
         add pixels "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 -- \
           torch_gymnasium-envpool linen_gymnasium-envpool -- cnn ;;
+      gpu)
+        gpu_args="--num-iterations,${iterations:-20}"
+        add gpu "$r" sync - "$gpu_args" CartPole-v1 Breakout-MinAtar -- "${AS_MEANT[@]}" -- "${MODELS[@]}"
+        add gpu "$r" sync tf32 "--matmul-precision,tf32,$gpu_args" CartPole-v1 Breakout-MinAtar -- "${AS_MEANT[@]}" -- large
+        add gpu "$r" sync - "$gpu_args" Craftax-Classic-Symbolic-v1 Pendulum-v1 -- "${AS_MEANT[@]}" -- small
+        add gpu "$r" sync - "$gpu_args" Breakout-MinAtar -- "${AS_MEANT[@]}" -- cnn ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
