@@ -30,6 +30,7 @@ from analysis.expensive import craftax_learning_section, expensive_section
 from analysis.exp1 import section as exp1_section
 from analysis.exp2 import exp2_section, exp3_section
 from analysis.findings import findings_section
+from analysis.gpu import gpu_section
 from analysis.headline import headline_section, study_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
@@ -64,14 +65,14 @@ def report(args: Report) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's; the
     # pixel study's envs are MinAtar's, measured with the others, and Atari, which is not Gymnax's)
-    times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(("continuous", "pixels"))}))
+    times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(("continuous", "pixels", "gpu"))}))
     cx = complexity(times)
     o = Output(out)
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
-     continuous_learning, pixels, pixels_learning) = map(of, EXPERIMENTS)  # in order
+     continuous_learning, pixels, pixels_learning, gpu) = map(of, EXPERIMENTS)  # in order
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, continuous, pixels, o)
     o.heading("The study")
@@ -105,6 +106,8 @@ def report(args: Report) -> int:
         pixels_section(pixels, o)
     if pixels_learning:
         pixels_learning_section(pixels_learning, o)
+    if gpu:
+        gpu_section(gpu, exp1, o)
     if tuning:
         tuning_section(tuning, o)
         gemm_section(tuning, o)
@@ -113,7 +116,7 @@ def report(args: Report) -> int:
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
-                  "pixels", "pixels-learning")
+                  "pixels", "pixels-learning", "gpu")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     if skipped:

@@ -122,7 +122,8 @@ def probe_script(name: str, log_dir: str) -> dict:
               "complete": (run_dir / "summary.json").exists(), "peak_device_mb": module.peak_device_mb()}
     if torch_script:
         events = Counter(event.name for event in profiler.events())
-        facts |= {"device_to_host": sum(n for k, n in events.items() if k.startswith("Memcpy DtoH")) / PROFILED,
+        facts |= {"profiled_events": sum(events.values()),
+                  "device_to_host": sum(n for k, n in events.items() if k.startswith("Memcpy DtoH")) / PROFILED,
                   "host_to_device": sum(n for k, n in events.items() if k.startswith("Memcpy HtoD")) / PROFILED,
                   "synchronize": sum(n for k, n in events.items() if k.endswith("Synchronize")) / PROFILED,
                   "graphs": {f"{p} {m}": n for (p, m), n in graphs.items()}}

@@ -15,7 +15,8 @@ import numpy as np
 EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "tuning",  # bench.sh's folders
                "craftax-learning",  # and the longer Craftax runs' (docs/results.md says how they ran)
                "continuous", "continuous-learning",  # bench.sh's continuous presets
-               "pixels", "pixels-learning")  # and its pixel ones
+               "pixels", "pixels-learning",  # and its pixel ones
+               "gpu")  # and its GPU study
 LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
 
 

@@ -621,3 +621,39 @@ def test_pixels_learning_against_the_bar(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (out / "pixels_learning.png").exists() and (out / "pixels_learning_time.png").exists()
     assert "| Breakout-MinAtar | torch | 2 |" in (out / "REPORT.md").read_text()
+
+
+def test_gpu_ratios_next_to_the_cpu_and_tf32_against_float32(tmp_path):
+    """bench.sh's gpu folder: each framework over Linen on the GPU (pairs of one repeat) beside Experiment 1's
+    ratio on the CPU for the same env and model, where the GPU's iteration goes, TF32 over float32 per
+    variant (its tf32 subfolder), and README's lines; a GPU run never pairs with a CPU run."""
+    from analysis import gpu
+
+    runs_dir, out = tmp_path / "runs", tmp_path / "out"
+    for seed in (1, 2):
+        fake_run(runs_dir / "exp1" / f"r{seed}", "linen", "CartPole-v1", "small", seed, 10.0, ITERATIONS)
+        fake_run(runs_dir / "exp1" / f"r{seed}", "torch", "CartPole-v1", "small", seed, 10.0,
+                 [x * (2 + seed) for x in ITERATIONS])
+    folder = runs_dir / "gpu" / "r1"
+    for variant, factor in (("linen", 0.1), ("torch", 2.0)):
+        fake_run(folder, variant, "CartPole-v1", "small", 1, 10.0, [x * factor for x in ITERATIONS], synced=True,
+                 device="NVIDIA H200", matmul_precision="float32")
+    fake_run(folder, "torch", "CartPole-v1", "large", 1, 10.0, ITERATIONS, synced=True, device="NVIDIA H200",
+             matmul_precision="float32")
+    fake_run(folder / "tf32", "torch", "CartPole-v1", "large", 1, 10.0, [x / 4 for x in ITERATIONS], synced=True,
+             device="NVIDIA H200", matmul_precision="tf32", rollout_share=0.5)  # TF32 speeds the update most
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    on_gpu, exp1 = ([r for r in loaded if r.experiment == e] for e in ("gpu", "exp1"))
+    assert len(on_gpu) == 4 and len(exp1) == 4
+    variants, rows = gpu.ratio_rows(on_gpu, exp1)
+    assert variants == ["torch"] and rows == [["CartPole-v1", "small", "0.0500", "0.500",
+                                              "20.00x (n = 1) \\| 3.50x (3.00–4.00, n = 2)"]]
+    assert gpu.precision_rows(on_gpu) == [["CartPole-v1", "large", "torch", "500", "0.25x (n = 1)", "375",
+                                           "0.17x (n = 1)"]]
+    split = {(row[1], row[2]): row for row in gpu.split_rows(on_gpu)}
+    assert split["small", "torch"][4:7] == ["1,000", "250", "750"] and ("large", "torch") in split
+    assert gpu.headline_rows(on_gpu, exp1) == (["CartPole-v1"], [["PyTorch, eager / Linen", "20.00x \\| 3.50x"]])
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "## On a GPU" in report and "bench.sh's gpu preset on NVIDIA H200" in report

@@ -139,6 +139,22 @@ def test_continuous_presets():
     assert len(cheetah) == 3 * 2 and all(line.endswith("--num-iterations 122") for line in cheetah)  # 1M steps
 
 
+def test_gpu_preset():
+    """gpu: the six Gymnax scripts on CartPole-v1 and Breakout-MinAtar at three sizes, the large model again
+    at TF32 in its own folder, Craftax-Classic and Pendulum (small) and Breakout's CNN; --envs and --models
+    keep what they list of it."""
+    lines = planned("gpu")
+    assert len(lines) == 6 * (2 * 3 + 2 + 2 + 1) and len(set(lines)) == len(lines)
+    assert all("--sync-timing" in line and line.endswith("--num-iterations 20") for line in lines)
+    tf32 = [line for line in lines if "--matmul-precision tf32" in line]
+    assert len(tf32) == 6 * 2 and all("--model large" in line and "/tf32 " in line for line in tf32)
+    assert Counter(re.search(r"--env-id (\S+) --model (\S+)", line).groups() for line in lines
+                   if "Breakout" in line and "tf32" not in line) == {
+        ("Breakout-MinAtar", m): 6 for m in ("small", "medium", "large", "cnn")}
+    kept = planned("gpu", "--envs", "CartPole-v1", "--models", "large", "--iterations", "30")
+    assert len(kept) == 6 * 2 and all("CartPole-v1" in line and line.endswith("--num-iterations 30") for line in kept)
+
+
 def test_calibration_writes_what_the_analysis_reads(tmp_path):
     """calibrate.py, which bench.sh runs first in every session, with the scripts' own code."""
     proc = subprocess.run([sys.executable, str(ROOT / "calibrate.py"), "--seconds", "0.05", "--out",

@@ -10,8 +10,9 @@ from helpers import ROOT
 from test_analyze import analyze
 
 ARCHIVE = "results/study.tar.xz"  # as the docs' command names it, relative to the project root
+ARCHIVES = [ARCHIVE, "results/gpu/runs.tar.xz"]  # the CPU study's, and the GPU's runs kept apart
 DOCS = ["README.md", "docs"]
-REGENERATE = f"python analyze.py {ARCHIVE} --out results --docs {' '.join(DOCS)}"
+REGENERATE = f"python analyze.py {' '.join(ARCHIVES)} --out results --docs {' '.join(DOCS)}"
 pytestmark = pytest.mark.skipif(not (ROOT / ARCHIVE).exists(), reason=f"{ARCHIVE} is not committed yet")
 
 
@@ -23,7 +24,7 @@ def regenerated(tmp_path_factory):
     shutil.copy(ROOT / "results" / "envtime.json", out / "envtime.json")
     shutil.copy(ROOT / "README.md", out / "README.md")
     shutil.copytree(ROOT / "docs", out / "docs")
-    proc = analyze(ARCHIVE, "--out", out, "--docs", out / "README.md", out / "docs")
+    proc = analyze(*ARCHIVES, "--out", out, "--docs", out / "README.md", out / "docs")
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -33,7 +34,7 @@ def test_report_regenerates_from_committed_data(regenerated):
     fresh = (regenerated / "REPORT.md").read_text().splitlines()
     changed = [(i + 1, a, b) for i, (a, b) in enumerate(zip(committed, fresh)) if a != b]
     assert not changed and len(committed) == len(fresh), (
-        f"results/REPORT.md differs from what {ARCHIVE} gives, first at line {changed[:1]}: run `{REGENERATE}`")
+        f"results/REPORT.md differs from what {' and '.join(ARCHIVES)} give, first at line {changed[:1]}: run `{REGENERATE}`")
     for chart in (line.split("](")[1][:-1] for line in fresh if line.startswith("![")):
         assert (ROOT / "results" / chart).exists(), f"REPORT.md shows {chart}, which results/ lacks"
 
@@ -46,7 +47,7 @@ def test_every_generated_block_regenerates(regenerated):
         committed = docs.blocks_in(page.read_text(), str(name))
         fresh = docs.blocks_in((regenerated / name).read_text(), str(name))
         stale = [block for block, body in committed.items() if fresh[block] != body]
-        assert not stale, (f"{name}: generated block {', '.join(stale)} is not what {ARCHIVE} gives "
+        assert not stale, (f"{name}: generated block {', '.join(stale)} is not what {' and '.join(ARCHIVES)} give "
                            f"(edited by hand, or stale): run `{REGENERATE}`")
 
 

@@ -1,0 +1,108 @@
+"""On a GPU (issue 34; folder gpu, bench.sh's preset of that name): each framework's time per iteration
+against Linen's on the GPU next to the same ratio on the CPU (Experiment 1's runs of the same env and
+model), where a GPU iteration goes (rollout, update, and iteration 0, the compilation), and TF32
+against full float32 matmuls."""
+
+from collections import defaultdict
+
+import numpy as np
+
+from .exp1 import REFERENCE
+from .expensive import ITERATION, ROLLOUT, UPDATE
+from .output import NAMES, fmt, name, variant_order
+from .stats import first_iteration, median_of, median_range, pair_ratios, repeat_of, sessions_note
+
+
+def precision(run) -> str:
+    return run.info["args"].get("matmul_precision", "float32")
+
+
+def devices(runs) -> str:
+    """The GPUs the runs ran on, or the CPUs where they ran on one."""
+    return ", ".join(sorted({d if (d := r.info.get("device", "?")) != "cpu" else r.info.get("cpu", "a CPU") for r in runs}))
+
+
+def ratios_here_and_there(gpu, cpu, model: str | None = None):
+    """{(where, variant): {(env, model): ratios over Linen's}} for the GPU's float32 runs and the CPU's."""
+    gpu = [r for r in gpu if precision(r) == "float32"]
+    variants = [v for v in variant_order({r.variant for r in gpu}) if v != REFERENCE]
+    return variants, {(where, v): pair_ratios(runs, v, REFERENCE, ITERATION)
+                      for where, runs in (("GPU", gpu), ("CPU", cpu)) for v in variants}
+
+
+def ratio_rows(gpu, cpu):
+    """Per env and model: Linen's seconds per iteration on each, then each variant's ratio, GPU | CPU."""
+    variants, ratios = ratios_here_and_there(gpu, cpu)
+    linen = lambda runs, env, model: median_of([r for r in runs if (r.env_id, r.model, r.variant) == (env, model, REFERENCE)
+                                                and precision(r) == "float32"], ITERATION)
+    cell = lambda where, v, key: median_range(x, ratio=True) if (x := ratios[where, v].get(key)) is not None else "–"
+    rows = [[env, model, fmt(linen(gpu, env, model)), fmt(linen(cpu, env, model)),
+             *(f"{cell('GPU', v, (env, model))} \\| {cell('CPU', v, (env, model))}" for v in variants)]
+            for env, model in sorted({(r.env_id, r.model) for r in gpu if r.variant == REFERENCE})]
+    return variants, rows
+
+
+def split_rows(gpu) -> list[list]:
+    """Per env, model and variant (float32): the steady iteration, rollout and update in ms, and iteration 0 in s."""
+    ms = lambda x: fmt(x * 1e3) if x is not None else "–"
+    rows = []
+    for env, model, variant in sorted({(r.env_id, r.model, r.variant) for r in gpu if precision(r) == "float32"},
+                                      key=lambda k: (k[0], k[1], variant_order({r.variant for r in gpu}).index(k[2]))):
+        sel = [r for r in gpu if (r.env_id, r.model, r.variant) == (env, model, variant) and precision(r) == "float32"]
+        rows.append([env, model, variant, len(sel), *(ms(median_of(sel, v)) for v in (ITERATION, ROLLOUT, UPDATE)),
+                     fmt(median_of(sel, first_iteration))])
+    return rows
+
+
+def precision_rows(gpu) -> list[list]:
+    """Per env, model and variant run at both precisions in one repeat: the steady iteration and update
+    at float32, and TF32's over them."""
+    by = defaultdict(dict)
+    for r in gpu:
+        by[(r.env_id, r.model, r.variant, *map(str, repeat_of(r)))][precision(r)] = r
+    pairs = defaultdict(list)
+    for (env, model, variant, *_), runs in sorted(by.items()):
+        if {"float32", "tf32"} <= runs.keys():
+            pairs[(env, model, variant)].append((runs["float32"], runs["tf32"]))
+    rows = []
+    for (env, model, variant), both in pairs.items():
+        over = lambda value: median_range([value(b) / value(a) for a, b in both], ratio=True)
+        rows.append([env, model, variant, fmt(np.median([ITERATION(a) for a, _ in both]) * 1e3), over(ITERATION),
+                     fmt(np.median([UPDATE(a) for a, _ in both]) * 1e3), over(UPDATE)])
+    return rows
+
+
+def gpu_section(gpu, cpu, out):
+    out.heading("On a GPU", f"bench.sh's gpu preset on {devices(gpu)}, against the CPU study's Experiment 1 "
+                            f"({devices(cpu)}). {sessions_note(gpu)}")
+    variants, rows = ratio_rows(gpu, cpu)
+    out.table("Each framework's time per iteration over Linen's, on the GPU | on the CPU (steady state, float32 "
+              "matmuls; median and range over repeats)",
+              ["env", "model", "Linen s/iteration, GPU", "Linen s/iteration, CPU", *(f"{name(v, gpu)} / Linen"
+                                                                                    for v in variants)],
+              rows, block="gpu-ratios",
+              note="–: not run there, or too few iterations for a steady state (the CPU's large-model runs).")
+    out.table("Where a GPU iteration goes (steady state, float32; iteration 0 includes the compilation)",
+              ["env", "model", "variant", "runs", "iteration ms", "rollout ms", "update ms", "iteration 0 s"],
+              split_rows(gpu), block="gpu-split")
+    envs, rows = headline_rows(gpu, cpu)
+    out.table(f"On {devices(gpu)}: each framework's iteration over Linen's with the small model, on the GPU \\| "
+              "on the CPU (medians)", ["time, A / B", *envs], rows, block="gpu-headline")
+    out.table("TF32 against full float32 matmuls (--matmul-precision), the same runs otherwise",
+              ["env", "model", "variant", "float32 iteration ms", "tf32 / float32", "float32 update ms",
+               "tf32 / float32, update"], precision_rows(gpu), block="gpu-precision")
+
+
+def headline_rows(gpu, cpu) -> list[list[str]]:
+    """README's lines: on the small model, each framework over Linen on the GPU, and on the CPU, per env."""
+    variants, ratios = ratios_here_and_there(gpu, cpu)
+    envs = sorted({env for (where, _), by in ratios.items() if where == "GPU" for env, m in by if m == "small"})
+    rows = []
+    for v in variants:
+        cells = []
+        for env in envs:
+            gpu_cell, cpu_cell = (ratios[where, v].get((env, "small")) for where in ("GPU", "CPU"))
+            show = lambda x: f"{np.median(x):.2f}x" if x is not None else "–"
+            cells.append(f"{show(gpu_cell)} \\| {show(cpu_cell)}")
+        rows.append([f"{NAMES.get(v, v)} / Linen", *cells])
+    return envs, rows
