@@ -796,6 +796,9 @@ def main():
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     device = torch_device()
+    if device.type == "cpu" and torch.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
+        print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on the "
+              "CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
     run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu", precision)
     writer = Writer(run_dir)
     log = RunLog(writer, args, variant)

@@ -339,3 +339,22 @@ def test_matmul_precision_set_alike(script):
             assert m.set_matmul_precision(precision) == {fw: names[fw] for fw in frameworks(script)}
     finally:
         m.set_matmul_precision("float32")
+
+
+@pytest.mark.parametrize("script", ["ppo_torch.py", "ppo_torch_compile.py", "ppo_torch_agents.py"])
+def test_a_gpu_left_unused_is_said(script, tmp_path, monkeypatch, capsys):
+    """The torch scripts follow JAX's device (DLPack hands arrays over on one device): where torch sees a GPU
+    but JAX runs on the CPU (a CPU-only jaxlib on a GPU machine), the run says so at start-up, and only then."""
+    module = load(script, fresh=True)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt  # what is under test is said before training starts
+
+    monkeypatch.setattr(module, "train", stop)
+    monkeypatch.setattr("sys.argv", [script, *TINY, "--log-dir", str(tmp_path)])
+    warning = "warning: torch sees a GPU, but JAX runs on the CPU"
+    for gpu in (False, True):
+        monkeypatch.setattr(module.torch.cuda, "is_available", lambda: gpu)
+        with pytest.raises(KeyboardInterrupt):
+            module.main()
+        assert (warning in capsys.readouterr().err) == gpu
