@@ -22,6 +22,7 @@ import tyro
 from rich.table import Table
 
 from analysis import docs
+from analysis.decision import decision_section
 from analysis.agents import agents_section
 from analysis.continuous import continuous_learning_section, continuous_section
 from analysis.cpuenv import cpuenv_section, envscale_section
@@ -36,6 +37,7 @@ from analysis.learning import learning_section
 from analysis.output import Output, console
 from analysis.pixels import pixels_learning_section, pixels_section
 from analysis.runs import EXPERIMENTS, find_runs, pack
+from analysis.target import target_section
 from analysis.tuning import gemm_section, tuning_section
 
 
@@ -73,6 +75,7 @@ def report(args: Report) -> int:
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
      continuous_learning, pixels, pixels_learning, gpu) = map(of, EXPERIMENTS)  # in order
+    decision_section(dict(zip(EXPERIMENTS, map(of, EXPERIMENTS))), o)
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, continuous, pixels, o)
     o.heading("The study")
@@ -111,6 +114,8 @@ def report(args: Report) -> int:
     if tuning:
         tuning_section(tuning, o)
         gemm_section(tuning, o)
+    if small_exp1 := [r for r in exp1 if r.model == "small"]:
+        target_section(small_exp1, o)
     if exp1:
         findings_section(exp1, exp2, exp3, cx, o)
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not

@@ -657,3 +657,53 @@ def test_gpu_ratios_next_to_the_cpu_and_tf32_against_float32(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
     assert "## On a GPU" in report and "bench.sh's gpu preset on NVIDIA H200" in report
+
+
+def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_follows(tmp_path):
+    """One row per regime with pairs from at least three repeats: the fastest variant of each framework
+    (JAX's fastest of several), the loser's fastest over the winner's, paired by repeat; a regime with one
+    framework or too few repeats gives no row; README's sentence counts the rows' winners."""
+    from analysis import decision
+
+    runs_dir = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        for variant, factor in (("linen", 1.0), ("equinox", 0.9), ("torch", 3.0), ("torch_compile", 2.0 + seed / 10)):
+            fake_run(runs_dir / "exp1" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
+                     [x * factor for x in ITERATIONS])
+        for variant, factor in (("linen_gymnasium-envpool", 2.0), ("torch_gymnasium-envpool", 1.0)):
+            fake_run(runs_dir / "pixels" / f"r{seed}" / "atari", variant, "Breakout-v5", "cnn", seed, 10.0,
+                     [x * factor for x in ITERATIONS], synced=True)
+    fake_run(runs_dir / "exp1" / "r1", "linen", "CartPole-v1", "medium", 1, 10.0, ITERATIONS)  # torch never ran
+    for variant in ("linen", "torch"):  # one repeat on one env: not decided
+        fake_run(runs_dir / "continuous" / "r1", variant, "Pendulum-v1", "small", 1, 10.0, ITERATIONS, synced=True)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    rows = decision.decision_rows({e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS})
+    assert [(row["regime"].name, row["winner"], row["loser"], f"{row['row']['geomean']:.3f}", row["runs"])
+            for row in rows] == [("JAX env, small model", "equinox", "torch_compile", "2.443", 6),
+                                 ("pixels, Atari", "torch_gymnasium-envpool", "linen_gymnasium-envpool", "2.000", 6)]
+    assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in one: JAX env, small model "
+                                     "(PyTorch's fastest variant took 2.44x as long); PyTorch was the fastest in one: "
+                                     "pixels, Atari (JAX's fastest variant took 2.00x as long).")
+
+
+def test_time_to_target_from_the_process_start(tmp_path):
+    """The target is 90% of the way from the runs' start to the best variant's median final return; each
+    run's time is from its process's start (run.json) to the end of its first iteration at the target; a
+    variant that never gets there says so, and an env where nothing was learned has no target."""
+    from analysis import target
+
+    runs_dir = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        for variant, final in (("linen", 100.0), ("torch", 50.0)):
+            fake_run(runs_dir / "exp1" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0, ITERATIONS,
+                     final_return=final)
+            fake_run(runs_dir / "exp1" / f"r{seed}", variant, "MemoryChain-bsuite", "small", seed, 10.0, ITERATIONS,
+                     final_return=0.0)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    variants, rows = target.target_rows(loaded)
+    # start: the median first return, (100 + 50) / 2 / 18; the target 90% of the way to 100, reached by Linen in
+    # iteration 16 (100 * 17 / 18 >= 90.4), whose end is 5 + 7 * 1 + 9 * 0.5 s after the first iteration's
+    # start, itself STARTUP after the process's
+    assert variants == ["linen", "torch"] and rows[0] == ["CartPole-v1", "90.4", "18.0 s (3 of 3)", "never (0 of 3)"]
+    assert rows[1] == ["MemoryChain-bsuite", "nothing learned", "–", "–"]
+    assert rows[2] == ["median over envs, / Linen's", "", "1.00x (1 envs)", "–"]

@@ -49,7 +49,10 @@ def test_readme_answers_first_and_stays_short():
     words = len(" ".join(line for line in lines if not line.startswith("|")).split())  # tables are generated
     assert words <= 1600, f"README.md has {words} words: a newcomer's README has about 1,500"
     first_screen = "\n".join(lines[:60])
-    assert "<!-- BEGIN analyze.py headline -->" in first_screen, "the headline table is not in the first 60 lines"
+    for block in ("answer", "decision", "headline"):
+        assert f"<!-- BEGIN analyze.py {block} -->" in first_screen, f"README's {block} block is not in the first 60 lines"
+    assert first_screen.index("analyze.py answer") < first_screen.index("analyze.py decision") < first_screen.index(
+        "analyze.py headline"), "README opens with the answer, then the decision table, then the rest"
     assert "<!-- BEGIN analyze.py gpu-headline -->" in first_screen and "have not run on a GPU" in first_screen, (
         "the caveat (what ran on a GPU, and what has not) is not in the first 60 lines")
 

@@ -1,0 +1,97 @@
+"""Time to a target return (issue 33): what a reader waits for is a good policy, not an iteration. From each
+run's learning curve, the wall-clock time from the process's start (imports, compilation and all) to the
+first iteration whose mean episodic return reaches the env's target: SHARE of the way from where the runs
+start to the best variant's final return there (the best of the variants' medians over their runs, so that
+one lucky seed does not set it). Runs that never reach it are counted as such."""
+
+import numpy as np
+
+from .exp1 import REFERENCE
+from .output import NAMES, color, fmt, variant_order
+
+SHARE = 0.9  # of the way from the start to the best final return: 90%
+
+
+def first_return(run) -> float | None:
+    returns = run.series("charts/episodic_return")[1]
+    return float(returns[0]) if len(returns) else None
+
+
+def target_of(runs) -> float | None:
+    """One env's target, or None where no run ended above where the runs start (nothing learned)."""
+    starts = [x for r in runs if (x := first_return(r)) is not None]
+    finals = [np.median(xs) for v in {r.variant for r in runs}
+              if (xs := [x for r in runs if r.variant == v and (x := r.summary.get("charts/episodic_return_final")) is not None])]
+    if not starts or not finals or max(finals) <= np.median(starts):
+        return None
+    return float(np.median(starts) + SHARE * (max(finals) - np.median(starts)))
+
+
+def time_to(run, target: float) -> float | None:
+    """Seconds from the process's start to the end of the first iteration at or above the target."""
+    _, returns, walls = run.series("charts/episodic_return")
+    reached = np.flatnonzero(returns >= target)
+    return float(walls[reached[0]] - run.info["start_time"]) if len(reached) and "start_time" in run.info else None
+
+
+def target_rows(runs) -> tuple[list[str], list[list]]:
+    """Per env: the target, then per variant the median seconds over the runs that reached it and how
+    many of its runs did; and the median over envs of each variant's median over Linen's."""
+    variants = variant_order({r.variant for r in runs})
+    rows, over = [], {v: [] for v in variants}
+    for env in sorted({r.env_id for r in runs}):
+        sel = [r for r in runs if r.env_id == env]
+        target = target_of(sel)
+        if target is None:
+            rows.append([env, "nothing learned", *("–" for _ in variants)])
+            continue
+        cells, medians = [], {}
+        for v in variants:
+            mine = [r for r in sel if r.variant == v]
+            times = [t for r in mine if (t := time_to(r, target)) is not None]
+            if times:
+                medians[v] = float(np.median(times))
+            cells.append(f"{fmt(medians[v])} s ({len(times)} of {len(mine)})" if times else f"never (0 of {len(mine)})")
+        for v in variants:
+            if v in medians and REFERENCE in medians:
+                over[v].append(medians[v] / medians[REFERENCE])
+        rows.append([env, fmt(target), *cells])
+    rows.append(["median over envs, / Linen's", "", *(f"{np.median(x):.2f}x ({len(x)} envs)" if x else "–"
+                                                    for x in over.values())])
+    return variants, rows
+
+
+def plot_target(runs, out):
+    import matplotlib.pyplot as plt
+
+    variants = variant_order({r.variant for r in runs})
+    envs = [e for e in sorted({r.env_id for r in runs}) if target_of([r for r in runs if r.env_id == e]) is not None]
+    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(envs)), 4.4))
+    width = 0.8 / len(variants)
+    for i, env in enumerate(envs):
+        sel = [r for r in runs if r.env_id == env]
+        target = target_of(sel)
+        for j, v in enumerate(variants):
+            times = [t for r in sel if r.variant == v and (t := time_to(r, target)) is not None]
+            if times:
+                ax.bar(i + (j - (len(variants) - 1) / 2) * width, np.median(times), width, color=color(v),
+                       label=NAMES.get(v, v) if i == 0 else None)
+    ax.set_xticks(range(len(envs)), envs, rotation=30, ha="right", fontsize=8)
+    ax.set(yscale="log", ylabel="seconds from start to the target (median)",
+           title=f"Time to {SHARE:.0%} of the best variant's final return, start-up and compilation included")
+    ax.legend(fontsize=7, ncols=3)
+    fig.tight_layout()
+    out.chart(fig, "time_to_target.png", f"Each variant's median wall-clock time, from its process's start, to the "
+              f"first iteration whose return reached {SHARE:.0%} of the way from the start to the best variant's median "
+              f"final return on that env; a missing bar: no run of that variant reached it.")
+
+
+def target_section(runs, out):
+    out.heading("Time to a target return", "What a reader waits for: a good policy. Experiment 1's small-model runs "
+                "(their scripts' default length), from each process's start.")
+    variants, rows = target_rows(runs)
+    out.table(f"Seconds to reach {SHARE:.0%} of the way from the start to the best variant's median final return "
+              "(median over the runs that reached it; how many did)", ["env", "target", *(NAMES.get(v, v)
+                                                                                       for v in variants)],
+              rows, block="time-to-target")
+    plot_target(runs, out)
