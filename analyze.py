@@ -74,7 +74,7 @@ def report(args: Report) -> int:
              ""]
     of = lambda experiment: [r for r in runs if r.experiment == experiment]
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
-     continuous_learning, pixels, pixels_learning, gpu) = map(of, EXPERIMENTS)  # in order
+     continuous_learning, pixels, pixels_learning, gpu, _) = map(of, EXPERIMENTS)  # headline: see the study's runs  # in order
     decision_section(dict(zip(EXPERIMENTS, map(of, EXPERIMENTS))), o)
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, continuous, pixels, o)
@@ -121,7 +121,7 @@ def report(args: Report) -> int:
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
-                  "pixels", "pixels-learning", "gpu")
+                  "pixels", "pixels-learning", "gpu", "headline")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     if skipped:

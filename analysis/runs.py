@@ -16,7 +16,8 @@ EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensiv
                "craftax-learning",  # and the longer Craftax runs' (docs/results.md says how they ran)
                "continuous", "continuous-learning",  # bench.sh's continuous presets
                "pixels", "pixels-learning",  # and its pixel ones
-               "gpu")  # and its GPU study
+               "gpu",  # and its GPU study
+               "headline")  # Experiment 1 again, small and medium on four envs, each repeat shuffled (issue 33)
 LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
 
 
