@@ -154,7 +154,7 @@ def ratio_lines(runs, model: str, lines) -> list[list[str]]:
     for a, b, env, label in lines:
         ratios = pair_ratios(runs, a, b, ITERATION).get((env, model), [])
         if len(ratios) >= 3:
-            rows.append([f"{label} (whole iteration)", median_range(ratios, ratio=True)])
+            rows.append([f"{label} (steady iteration)", median_range(ratios, ratio=True)])
     return rows
 
 

@@ -14,8 +14,8 @@ from .stats import MODELS, median_range, repeat_of, sessions_note, steady
 CORNERS = ("torch_gymnasium", "torch_gymnasium-vector", "torch_gymnasium-envpool", "torch",
            "linen_gymnasium", "linen_gymnasium-vector", "linen_gymnasium-envpool", "linen")
 # the comparisons a user weighs, as time of A / time of B: an environment's effect is read on the
-# rollout (both sides run the same update code), a framework's on the whole iteration
-ENV_PAIRS = [(f"{fw}_gymnasium{a}", f"{fw}_gymnasium{b}" if b != "jax" else fw, f"{what}, {name} kept")
+# rollout (both sides run the same update code), a framework's on the steady iteration
+ENV_PAIRS = [(f"{fw}_gymnasium{b}" if b != "jax" else fw, f"{fw}_gymnasium{a}", f"{what}, {name} kept")  # new / old
              for fw, name in (("torch", "PyTorch"), ("linen", "Linen"))
              for a, b, what in (("", "-vector", "the NumPy-vectorized env instead of the sync loop"),
                                 ("", "-envpool", "EnvPool instead of the sync loop"),
@@ -27,7 +27,7 @@ FRAMEWORK_PAIRS = [("torch_gymnasium", "linen_gymnasium", "the framework alone, 
                    ("torch", "linen", "the framework alone, JAX env"),
                    ("torch_gymnasium", "linen", "everything moved to JAX")]
 CPU_ENV_PAIRS = ENV_PAIRS + FRAMEWORK_PAIRS
-PARTS = (("rollout", "time/rollout"), ("update", "time/update"), ("whole iteration", "time/iteration"))
+PARTS = (("rollout", "time/rollout"), ("update", "time/update"), ("steady iteration", "time/iteration"))
 # the batch and update shapes the experiment runs: the scripts' defaults and CleanRL ppo.py's
 CONFIGS = {(32, 256, 10, 8): "32 envs x 256 steps, 10 epochs x 8", (4, 128, 4, 4): "CleanRL: 4 envs x 128 steps, 4 x 4"}
 
@@ -115,7 +115,7 @@ def cpuenv_section(runs, out):
         for key in sorted(cells["rollout"], key=lambda k: (MODELS.index(k[2]), k[0], k[1])):
             rows.append([what, f"{a} / {b}", *key, *(median_range(cells[name][key], ratio=True) for name, _ in PARTS)])
     out.table("Time, A / B, per repeat: median (range, n repeats). An environment's effect: read the rollout; "
-              "a framework's: the whole iteration",
+              "a framework's: the steady iteration",
               ["what changes", "time, A / B", "env", "batch and update", "model", *(name for name, _ in PARTS)], rows,
               block="cpuenv-ratios")
 

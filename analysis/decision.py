@@ -130,4 +130,4 @@ def decision_section(by_experiment: dict, out):
                 f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]), row["runs"]] for row in rows],
               block="decision",
               note="Intervals are over environments where at least 5 ran; otherwise the range, and the number of envs "
-                   "or of run pairs.")
+                   "or, on one env, of repeats.")

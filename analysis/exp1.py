@@ -6,12 +6,13 @@ import math
 import numpy as np
 
 from .output import MODEL_MARKERS, color, fmt, variant_order
-from .stats import (MODELS, TOO_SHORT_NOTE, bucket_means, iteration_buckets, median_of, missing, models_in,
-                    pair_ratios, ratio_cell, sessions_note, speedup_table, spread, startup, steady, total_time)
+from .stats import (MODELS, TOO_SHORT_NOTE, bucket_means, first_iteration, iteration_buckets, median_of, missing,
+                    models_in, pair_ratios, ratio_cell, sessions_note, speedup_table, spread, startup, steady,
+                    total_time)
 
 REFERENCE = "linen"  # ratios are quoted against Linen: "torch / linen 2.8x" = torch takes 2.8x Linen's time
 COMPILED_VS_EAGER = [("torch_compile", "torch"), ("nnx_cached", "nnx")]  # what compiling buys in a framework
-RATIO_HEADER = ["time, A / B", "model", "geometric mean", "95% CI (or n, range)", "median", "envs", "run pairs"]
+RATIO_HEADER = ["time, A / B", "model", "geometric mean", "95% CI (or the range)", "median", "envs", "run pairs"]
 
 
 def pairs_for(variants: set[str]) -> list[tuple[str, str]]:
@@ -139,10 +140,12 @@ def costs_table(exp1, out, model="small"):
     for v in variant_order({r.variant for r in exp1 if r.model == model}):
         sel = [r for r in exp1 if r.variant == v and r.model == model]
         means = bucket_means(exp1, v, model)
-        rows.append([v, len(sel), median_of(sel, startup), means[0], means[2], median_of(sel, total_time)])
-    out.table(f"What a {model}-model run costs (seconds; start-up and total: median over runs)",
+        rows.append([v, len(sel), median_of(sel, startup), means[0], median_of(sel, startup, first_iteration),
+                     means[2], median_of(sel, total_time)])
+    out.table(f"What a {model}-model run costs (seconds; iteration 0 and 8..end: means over runs; the rest: "
+              "medians over runs, of the sum where two are added)",
               ["variant", "runs", "start-up (imports, set-up)", "iteration 0 (compilation)",
-               "iterations 8..end, each", "whole run"], rows, block="run-costs")
+               "start-up + iteration 0", "iterations 8..end, each", "whole run"], rows, block="run-costs")
 
 
 def model_size_table(exp1, pairs, out):

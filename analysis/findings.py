@@ -53,7 +53,7 @@ def compile_payback(exp1, exp2, model="small") -> str:
     payback = f"after about {extra / saved:.0f} iterations" if saved > 0 else "never (no steady-state gain)"
     text = (f"At {model}, a steady iteration of torch.compile takes "
             f"{cell(exp1, 'torch_compile', 'torch', STEADY, model)} of eager's; start-up and iteration 0 take "
-            f"{start('torch_compile'):.1f} s against eager's {start('torch'):.1f} s (medians), so compiling pays "
+            f"{start('torch_compile'):.1f} s against eager's {start('torch'):.1f} s (medians of their sums), so compiling pays "
             f"back {payback}, and a whole {model} run takes {cell(exp1, 'torch_compile', 'torch', total_time, model)} "
             "of eager's time.")
     for m in models_in(exp1)[1:]:
@@ -198,5 +198,6 @@ def claims_section(exp1, exp2, cx, out):
          "slower than torch on all but one env",
          "; ".join(f"{v} / torch {cell(exp2, v, 'torch', STEADY, 'small')}" for v in ("linen-nojit", "nnx-nojit"))],
     ]
-    out.table("One row per claim of benchback-rl's README", ["claim", "benchback-rl (GPU)", "ours (this study)"],
+    out.table("One row per claim of benchback-rl's README", ["claim", "benchback-rl (GPU)",
+                                                             "ours (whole runs, unless the claim names another time)"],
               rows, block="benchback-rl-claims")

@@ -77,7 +77,7 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
     out.table("Time per iteration against Flax Linen's, steady state (iterations 8..end)",
               ["time, A / B", *models], rows, block="headline",
               note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
-                   f"Linen. 95% intervals over envs; fewer than 5 envs give n and the range instead. {TOO_SHORT_NOTE}")
+                   f"Linen. 95% intervals over envs; fewer than 5 envs give their number and the range instead. {TOO_SHORT_NOTE}")
     rows = []
     compile_cells = [f"{name(v, exp1)} {fmt(bucket_means(exp1, v, 'small')[0])} s"
                      for v in (REFERENCE, "torch", "torch_compile")

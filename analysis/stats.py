@@ -4,7 +4,7 @@
   one ratio per repeat, never every run against every other; summarized by the geometric mean;
 - the steady state is the mean over iterations 8..end, and only from at least 10 of them;
 - an interval only from at least MIN_FOR_INTERVAL independent units (environments): a 95%
-  bootstrap interval of the geometric mean resampling them; from fewer, "n = k, range";
+  bootstrap interval of the geometric mean resampling them; from fewer, "k envs, range";
   from one run each, "1 run each";
 - learning parity as tests, not as overlapping intervals: Welch's t-test per env ("no
   difference detected with n seeds") and an equivalence test (TOST) with a named margin."""
@@ -100,14 +100,14 @@ def models_in(runs) -> list[str]:
 
 
 def median_range(values, ratio=False) -> str:
-    """The median and the range over the repeats behind it: '0.108 (0.0951–0.118, n = 5)' for
-    seconds, '1.23x (1.10–1.40, n = 5)' for a ratio."""
+    """The median and the range over the repeats behind it: '0.108 (0.0951–0.118, 5 repeats)' for
+    seconds, '1.23x (1.10–1.40, 5 repeats)' for a ratio."""
     values = np.asarray(values, float)
     show = (lambda x: f"{x:.2f}") if ratio else (lambda x: f"{x:.3g}")
     unit = "x" if ratio else ""
     if len(values) == 1:
-        return f"{show(values[0])}{unit} (n = 1)"
-    return f"{show(np.median(values))}{unit} ({show(values.min())}–{show(values.max())}, n = {len(values)})"
+        return f"{show(values[0])}{unit} (1 repeat)"
+    return f"{show(np.median(values))}{unit} ({show(values.min())}–{show(values.max())}, {len(values)} repeats)"
 
 
 # ---- ratios between variants
@@ -177,14 +177,14 @@ def spread(row: dict) -> str:
     if row["envs"] >= MIN_FOR_INTERVAL:
         return f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
     if row["envs"] > 1:
-        return f"n = {row['envs']} envs, range {row['min']:.2f}–{row['max']:.2f}"
+        return f"{row['envs']} envs, range {row['min']:.2f}–{row['max']:.2f}"
     if row["ratios"] > 1:
-        return f"1 env, {row['ratios']} run pairs, range {row['min']:.2f}–{row['max']:.2f}"
+        return f"1 env, {row['ratios']} repeats, range {row['min']:.2f}–{row['max']:.2f}"
     return "1 run each"
 
 
 def ratio_cell(row: dict | None) -> str:
-    """'2.78x [2.71, 2.86]', '3.0x (n = 2 envs, range 2.9–3.1)', '1.99x (1 run each)' or 'not run'."""
+    """'2.78x [2.71, 2.86]', '3.0x (2 envs, range 2.9–3.1)', '1.99x (1 run each)' or 'not run'."""
     if row is None:
         return "not run"
     s = spread(row)

@@ -82,7 +82,7 @@ def test_speedups_by_hand(synthetic):
     assert row["geomean"] == pytest.approx((3 * 3 * 2) ** (1 / 3))
     assert row["median"] == pytest.approx(3.0)
     # two envs are too few for an interval: the per-env geometric means, 2 (Acrobot) and 3 (CartPole)
-    assert math.isnan(row["ci_low"]) and stats.spread(row) == "n = 2 envs, range 2.00–3.00"
+    assert math.isnan(row["ci_low"]) and stats.spread(row) == "2 envs, range 2.00–3.00"
     (steady,) = stats.speedup_table(exp1, stats.steady("time/iteration"), [("torch", "linen")])
     # iterations 8..end: 1.0/0.5 for CartPole's two repeats and 1.5/0.5 for Acrobot
     assert steady["geomean"] == pytest.approx((2 ** 2 * 3) ** (1 / 3))
@@ -95,15 +95,16 @@ def test_overhead_buckets(synthetic):
 
 
 def test_spread_says_what_the_data_carry():
-    """An interval from 5 envs or more; from fewer, n and the range; from one run, that."""
+    """An interval from 5 envs or more; from fewer, how many envs (or repeats of one env) and the range;
+    from one run, that."""
     many = stats.ratio_row([np.array([x]) for x in (1.0, 2.0, 2.0, 2.0, 4.0)])
     assert stats.spread(many).startswith("[") and stats.ratio_cell(many).startswith("2.00x [")
     few = stats.ratio_row([np.array([1.5]), np.array([3.0]), np.array([2.0])])
-    assert stats.spread(few) == "n = 3 envs, range 1.50–3.00"
+    assert stats.spread(few) == "3 envs, range 1.50–3.00"
     one = stats.ratio_row([np.array([1.25])])
     assert stats.ratio_cell(one) == "1.25x (1 run each)"
     seeds = stats.ratio_row([np.array([1.0, 4.0])])
-    assert stats.spread(seeds) == "1 env, 2 run pairs, range 1.00–4.00"
+    assert stats.spread(seeds) == "1 env, 2 repeats, range 1.00–4.00"
 
 
 def test_report_written(synthetic):
@@ -167,11 +168,11 @@ def test_cpu_env_experiments_by_hand(tmp_path):
     # the same base; repeat 3 pairs everywhere but with the GPU's EnvPool run
     config = "32 envs x 256 steps, 10 epochs x 8"
     for what, pair, cell in (
-            ("EnvPool instead of the sync loop, PyTorch kept", "torch_gymnasium / torch_gymnasium-envpool",
-             "2.50x (2.00–3.00, n = 2)"),
-            ("the JAX env instead of EnvPool, PyTorch kept", "torch_gymnasium-envpool / torch", "2.00x (2.00–2.00, n = 2)"),
-            ("the framework alone, EnvPool", "torch_gymnasium-envpool / linen_gymnasium-envpool", "2.00x (2.00–2.00, n = 2)"),
-            ("everything moved to JAX", "torch_gymnasium / linen", "8.00x (8.00–12.00, n = 3)")):
+            ("EnvPool instead of the sync loop, PyTorch kept", "torch_gymnasium-envpool / torch_gymnasium",
+             "0.42x (0.33–0.50, 2 repeats)"),  # "A instead of B" is A / B, as every ratio: below 1, A is faster
+            ("the JAX env instead of EnvPool, PyTorch kept", "torch / torch_gymnasium-envpool", "0.50x (0.50–0.50, 2 repeats)"),
+            ("the framework alone, EnvPool", "torch_gymnasium-envpool / linen_gymnasium-envpool", "2.00x (2.00–2.00, 2 repeats)"),
+            ("everything moved to JAX", "torch_gymnasium / linen", "8.00x (8.00–12.00, 3 repeats)")):
         for env in ("Breakout-MinAtar", "CartPole-v1"):
             assert f"| {what} | {pair} | {env} | {config} | small | {cell} | {cell} | {cell} |" in report
     assert "| CartPole-v1 | linen | 10,240 | 20,480 | 21,558 | 16 |" in report
@@ -201,17 +202,17 @@ def test_agents_experiment_by_hand(tmp_path):
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
-    assert "| CartPole-v1 | 4 | 0.5 (0.5–0.5, n = 3) | not run | 1 (1–2.5, n = 3) | not run |" in report
-    assert "| CartPole-v1 | one per process | 0.75 (0.75–0.75, n = 3) | not run | 1.5 (1.5–1.5, n = 3) | not run |" \
+    assert "| CartPole-v1 | 4 | 0.5 (0.5–0.5, 3 repeats) | not run | 1 (1–2.5, 3 repeats) | not run |" in report
+    assert "| CartPole-v1 | one per process | 0.75 (0.75–0.75, 3 repeats) | not run | 1.5 (1.5–1.5, 3 repeats) | not run |" \
         in report
     # torch / linen at N; linen alone / linen's agents; torch alone / torch's agents
-    assert ("| CartPole-v1 | 1 | – | 3.00x (3.00–3.00, n = 3) | – | 1.50x (1.50–1.50, n = 3) | "
-            "1.00x (1.00–1.00, n = 3) | – |") in report
-    assert ("| CartPole-v1 | 4 | – | 2.00x (2.00–5.00, n = 3) | – | 1.50x (1.50–1.50, n = 3) | "
-            "1.50x (0.60–1.50, n = 3) | – |") in report
+    assert ("| CartPole-v1 | 1 | – | 3.00x (3.00–3.00, 3 repeats) | – | 1.50x (1.50–1.50, 3 repeats) | "
+            "1.00x (1.00–1.00, 3 repeats) | – |") in report
+    assert ("| CartPole-v1 | 4 | – | 2.00x (2.00–5.00, 3 repeats) | – | 1.50x (1.50–1.50, 3 repeats) | "
+            "1.50x (0.60–1.50, 3 repeats) | – |") in report
     assert agents.headline_rows(loaded) == [
         ["4 agents in one process, CartPole-v1, time per agent: PyTorch (torch.func) / Linen (jax.vmap)",
-         "2.00x (2.00–5.00, n = 3)"]]
+         "2.00x (2.00–5.00, 3 repeats)"]]
     assert (out / "agents.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(agents.png)" in report
 
 
@@ -235,13 +236,13 @@ def test_expensive_experiment_by_hand(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
     # env, model, step time (µs), Linen's steady s/iter and rollout share, nnx nnx_cached equinox torch torch_compile
-    cartpole = "| CartPole-v1 | small | 10.0 | 0.500 | 0.250 | not run | not run | not run | 3.00x (3.00–3.00, n = 3) |"
+    cartpole = "| CartPole-v1 | small | 10.0 | 0.500 | 0.250 | not run | not run | not run | 3.00x (3.00–3.00, 3 repeats) |"
     craftax = "| Craftax-Classic-Symbolic-v1 | small | 1,000 | 5.00 | 0.900 | not run | not run | not run | 1.10x"
     assert cartpole in report and craftax in report and report.index(cartpole) < report.index(craftax)
     assert "| Craftax-Classic-Symbolic-v1 | small | torch | 3 | 55.0 | 5.50 | 4.95 | 0.550 | 0.900 |" in report
     assert "| Craftax-Classic-Symbolic-v1 | linen | small | 18 | 147456 | 5.56 | 100 | 30.0 |" in report
     assert expensive.headline_rows([r for r in loaded if r.experiment == "expensive"]) == [
-        ["expensive env, Craftax-Classic-Symbolic-v1: PyTorch, eager / Linen (whole iteration)", "1.10x (1.10–1.10, n = 3)"]]
+        ["expensive env, Craftax-Classic-Symbolic-v1: PyTorch, eager / Linen (steady iteration)", "1.10x (1.10–1.10, 3 repeats)"]]
     assert (out / "expensive.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(expensive.png)" in report
 
 
@@ -340,7 +341,7 @@ def test_findings_and_learning_parity_by_hand(tmp_path):
     section = report.split("## benchback-rl's findings next to ours")[1].split("## Learning parity")[0]
     ours = {cells[0]: cells[2] for line in section.splitlines() if line.startswith("| ")
             for cells in [line[2:-2].split(" | ")]}
-    assert ours["Linen vs NNX, small model (nnx / linen)"] == "1.20x (n = 3 envs, range 1.20–1.20)"
+    assert ours["Linen vs NNX, small model (nnx / linen)"] == "1.20x (3 envs, range 1.20–1.20)"
     assert ours["Linen vs PyTorch, large model"] == "1.50x (1 run each)"  # one env: no interval
     assert ours["Linen vs NNX, large model"] == "not run"
     assert ours["The gap shrinks with model size (torch / linen)"] == "4.00x / 1.50x (small / large; on CartPole-v1)"
@@ -502,15 +503,15 @@ def test_tuning_experiment_by_hand(tmp_path):
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
-    assert "| CartPole-v1 | small | linen | xla-1 | 3 | 0.400 | 0.100 | 0.300 | 0.80x (0.80–0.80, n = 3) |" in report
-    assert "| CartPole-v1 | small | torch | xla-1 | 3 | 1.35 | 0.338 | 1.01 | 0.90x (0.90–1.10, n = 3) |" in report
+    assert "| CartPole-v1 | small | linen | xla-1 | 3 | 0.400 | 0.100 | 0.300 | 0.80x (0.80–0.80, 3 repeats) |" in report
+    assert "| CartPole-v1 | small | torch | xla-1 | 3 | 1.35 | 0.338 | 1.01 | 0.90x (0.90–1.10, 3 repeats) |" in report
     assert "| CartPole-v1 | medium | torch_compile-grads | loss, gradients and clip; Adam eager | 0.750 | " \
-           "0.188 | 0.562 | 0.75x (0.75–0.75, n = 3) | 0.50x (0.50–0.50, n = 3) |" in report
+           "0.188 | 0.562 | 0.75x (0.75–0.75, 3 repeats) | 0.50x (0.50–0.50, 3 repeats) |" in report
     # linen on one XLA thread and torch_compile's grads were faster in every repeat; torch's xla-1 was not
     assert "| linen | linen (xla-n) | linen (xla-1) |" in report
     assert "| torch | torch (xla-n) | torch (xla-n) |" in report
     assert "| torch_compile | torch_compile-update+policy (xla-n) | torch_compile-grads (xla-n) |" in report
-    assert "| CartPole-v1 | small | torch_compile / linen | 2.00x (2.00–2.00, n = 3) | 1.87x (1.87–1.87, n = 3) |" \
+    assert "| CartPole-v1 | small | torch_compile / linen | 2.00x (2.00–2.00, 3 repeats) | 1.87x (1.87–1.87, 3 repeats) |" \
         in report
     # the sessions table: the calibration's step and 1024-wide layer (ms); the layers' share of the gap:
     # medium: no difference between the layers, large not run here
@@ -557,16 +558,16 @@ def test_continuous_timing_against_linen_and_the_c_engine(tmp_path):
     assert {r.experiment for r in loaded} == {"continuous"}
     jax_env = continuous.ratio_rows(loaded, "linen", continuous.GROUPS["linen"])
     assert jax_env == [["Pendulum-v1", "small", 0.5, 0.5, "not run", "not run", "not run",
-                        "2.00x (2.00–2.00, n = 3)", "not run"]]
+                        "2.00x (2.00–2.00, 3 repeats)", "not run"]]
     cpu_env = continuous.ratio_rows(loaded, "linen_gymnasium", continuous.GROUPS["linen_gymnasium"])
-    assert cpu_env[0][:4] == ["HalfCheetah-v5", "small", 0.5, 0.5] and cpu_env[0][6] == "3.00x (3.00–3.00, n = 3)"
+    assert cpu_env[0][:4] == ["HalfCheetah-v5", "small", 0.5, 0.5] and cpu_env[0][6] == "3.00x (3.00–3.00, 3 repeats)"
     variants, shares = continuous.share_rows(loaded)
     assert shares[0][2 + variants.index("torch_gymnasium")] == pytest.approx(0.25)
     alone = {row[1]: row for row in continuous.env_alone_rows(loaded)}
-    assert alone["env-sync"][2] == "8.19e+03 (8.19e+03–8.19e+03, n = 3)" and alone["env-mjx"][3] == pytest.approx(0.05)
+    assert alone["env-sync"][2] == "8.19e+03 (8.19e+03–8.19e+03, 3 repeats)" and alone["env-mjx"][3] == pytest.approx(0.05)
     lines = dict(continuous.headline_rows(loaded))
-    assert lines["continuous actions, Pendulum-v1: PyTorch, eager / Linen, Gymnax env (whole iteration)"] == \
-        "2.00x (2.00–2.00, n = 3)"
+    assert lines["continuous actions, Pendulum-v1: PyTorch, eager / Linen, Gymnax env (steady iteration)"] == \
+        "2.00x (2.00–2.00, 3 repeats)"
     assert lines["HalfCheetah-v5 alone: MJX (MuJoCo in JAX) / the C engine, env steps per second on this CPU"] == \
         "0.050x (410 against 8,192)"
     proc = analyze(runs_dir, "--out", out)
@@ -591,16 +592,16 @@ def test_pixels_timing_cnn_against_mlp_and_linen(tmp_path):
     assert {r.experiment for r in loaded} == {"pixels"}
     jax_env = pixels.ratio_rows(loaded, "linen", pixels.GROUPS["linen"])
     assert [row[:4] + row[-2:] for row in jax_env] == [
-        ["Breakout-MinAtar", "cnn", 1.5, 0.2, "2.00x (1.00–3.00, n = 3)", "not run"],
-        ["Breakout-MinAtar", "small", 0.5, 0.5, "4.00x (4.00–4.00, n = 3)", "not run"]]
+        ["Breakout-MinAtar", "cnn", 1.5, 0.2, "2.00x (1.00–3.00, 3 repeats)", "not run"],
+        ["Breakout-MinAtar", "small", 0.5, 0.5, "4.00x (4.00–4.00, 3 repeats)", "not run"]]
     atari = pixels.ratio_rows(loaded, "linen_gymnasium-envpool", pixels.GROUPS["linen_gymnasium-envpool"])
-    assert atari == [["Breakout-v5", "cnn", 5.0, 0.2, "0.50x (0.50–0.50, n = 3)"]]
+    assert atari == [["Breakout-v5", "cnn", 5.0, 0.2, "0.50x (0.50–0.50, 3 repeats)"]]
     variants, rows = pixels.cnn_rows(loaded)
-    assert variants == ["linen", "torch"] and rows == [["Breakout-MinAtar", "3.00x (3.00–3.00, n = 3)",
-                                                        "1.50x (0.75–2.25, n = 3)"]]
+    assert variants == ["linen", "torch"] and rows == [["Breakout-MinAtar", "3.00x (3.00–3.00, 3 repeats)",
+                                                        "1.50x (0.75–2.25, 3 repeats)"]]
     lines = dict(pixels.headline_rows(loaded))
-    assert lines["pixels, Breakout-v5 with the CNN: PyTorch / Linen, both stepping EnvPool's Atari (whole iteration)"] \
-        == "0.50x (0.50–0.50, n = 3)"
+    assert lines["pixels, Breakout-v5 with the CNN: PyTorch / Linen, both stepping EnvPool's Atari (steady iteration)"] \
+        == "0.50x (0.50–0.50, 3 repeats)"
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
@@ -647,9 +648,9 @@ def test_gpu_ratios_next_to_the_cpu_and_tf32_against_float32(tmp_path):
     assert len(on_gpu) == 4 and len(exp1) == 4
     variants, rows = gpu.ratio_rows(on_gpu, exp1)
     assert variants == ["torch"] and rows == [["CartPole-v1", "small", "0.0500", "0.500",
-                                              "20.00x (n = 1) \\| 3.50x (3.00–4.00, n = 2)"]]
-    assert gpu.precision_rows(on_gpu) == [["CartPole-v1", "large", "torch", "500", "0.25x (n = 1)", "375",
-                                           "0.17x (n = 1)"]]
+                                              "20.00x (1 repeat) \\| 3.50x (3.00–4.00, 2 repeats)"]]
+    assert gpu.precision_rows(on_gpu) == [["CartPole-v1", "large", "torch", "500", "0.25x (1 repeat)", "375",
+                                           "0.17x (1 repeat)"]]
     split = {(row[1], row[2]): row for row in gpu.split_rows(on_gpu)}
     assert split["small", "torch"][4:7] == ["1,000", "250", "750"] and ("large", "torch") in split
     assert gpu.headline_rows(on_gpu, exp1) == (["CartPole-v1"], [["PyTorch, eager / Linen", "20.00x \\| 3.50x"]])
