@@ -72,10 +72,10 @@ def report(args: Report) -> int:
     o = Output(out)
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
-    of = lambda experiment: [r for r in runs if r.experiment == experiment]
+    by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
-     continuous_learning, pixels, pixels_learning, gpu, _) = map(of, EXPERIMENTS)  # headline: see the study's runs  # in order
-    decision_section(dict(zip(EXPERIMENTS, map(of, EXPERIMENTS))), o)
+     continuous_learning, pixels, pixels_learning, gpu, _) = by_experiment.values()  # in order (headline: study tables)
+    decision_section(by_experiment, o)
     if exp1:
         headline_section(exp1, cpuenv, agents, expensive, continuous, pixels, o)
     o.heading("The study")

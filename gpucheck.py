@@ -146,7 +146,8 @@ def run_probe(what: str, log_dir: str) -> tuple[dict | None, float, str]:
         done = subprocess.run([sys.executable, __file__, "--probe", what, "--log-dir", log_dir], cwd=ROOT,
                               capture_output=True, text=True, timeout=PROBE_SECONDS)
     except subprocess.TimeoutExpired as e:
-        return None, time.time() - start, f"no result in {PROBE_SECONDS} s: {str(e.stdout or '')[-1500:]}"
+        seen = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
+        return None, time.time() - start, f"no result in {PROBE_SECONDS} s: {seen[-1500:]}"
     lines = [line for line in done.stdout.splitlines() if line.startswith("GPUCHECK ")]
     facts = json.loads(lines[-1].removeprefix("GPUCHECK ")) if done.returncode == 0 and lines else None
     return facts, time.time() - start, (done.stdout + done.stderr)[-2000:]
@@ -190,6 +191,10 @@ def precision_checks(facts: dict) -> list[tuple[bool, str, str]]:
              "--matmul-precision tf32: the same in both", seen(tf32))]
 
 
+def say(passed: bool, what: str):
+    print(f"{'PASS' if passed else 'FAIL'}  {what}")
+
+
 def main() -> int:
     args = tyro.cli(Args)
     if args.probe:  # inside the fresh process
@@ -197,23 +202,23 @@ def main() -> int:
         print("GPUCHECK " + json.dumps(facts))
         return 0
     results, record = [], {"versions": {p: v for p in PACKAGES if (v := installed(p))}, "seconds": {}}
-    facts, seconds, tail = run_probe("precision", args.log_dir)
+    facts, _, tail = run_probe("precision", args.log_dir)
     if facts is None or not (facts["torch_cuda"] and facts["jax_backend"] == "gpu"):
         seen = f"torch.cuda.is_available() {facts['torch_cuda']}, JAX backend {facts['jax_backend']}" if facts else tail
-        print(f"FAIL  a GPU both frameworks use: {seen}")
+        say(False, f"a GPU both frameworks use: {seen}")
         return 1
     record |= {"device": {k: facts[k] for k in ("device", "memory_mb", "capability", "cuda", "cudnn", "jax_device")}}
     print(f"GPU: {facts['device']} ({facts['memory_mb']:.0f} MB, compute capability {facts['capability']}), "
           f"CUDA {facts['cuda']}, cuDNN {facts['cudnn']}; " + ", ".join(f"{k} {v}" for k, v in record["versions"].items()))
     for passed, check, seen in precision_checks(facts):
         results.append(("precision", passed, check, seen))
-        print(f"{'PASS' if passed else 'FAIL'}  {check}: {seen}")
+        say(passed, f"{check}: {seen}")
     for name in SCRIPTS:
         facts, record["seconds"][name], tail = run_probe(name, args.log_dir)
         checks = checks_of(name, facts) if facts else [(False, "runs on the GPU", "the run failed:\n" + tail)]
         results += [(name, *check) for check in checks]
         for passed, check, seen in checks:
-            print(f"{'PASS' if passed else 'FAIL'}  {name}: {check}: {seen}  [{record['seconds'][name]:.0f} s]")
+            say(passed, f"{name}: {check}: {seen}  [{record['seconds'][name]:.0f} s]")
     failed = [r for r in results if not r[1]]
     print(f"{len(results) - len(failed)} of {len(results)} checks passed")
     if args.out:

@@ -104,7 +104,8 @@ def headline_rows(runs) -> list[list[str]]:
     for v, what in (("torch", "PyTorch, eager"), ("torch_compile", "PyTorch, torch.compile")):
         for (env, model), ratios in sorted(pair_ratios(runs, v, REFERENCE, ITERATION).items()):
             if env.startswith("Craftax") and model == "small" and len(ratios) >= 3:
-                rows.append([f"expensive env, {env}: {what} / Linen (steady iteration)", median_range(ratios, ratio=True)])
+                rows.append([f"expensive env, {env}: {what} / Linen (steady iteration)",
+                             median_range(ratios, ratio=True)])
     return rows
 
 

@@ -53,8 +53,8 @@ def compile_payback(exp1, exp2, model="small") -> str:
     payback = f"after about {extra / saved:.0f} iterations" if saved > 0 else "never (no steady-state gain)"
     text = (f"At {model}, a steady iteration of torch.compile takes "
             f"{cell(exp1, 'torch_compile', 'torch', STEADY, model)} of eager's; start-up and iteration 0 take "
-            f"{start('torch_compile'):.1f} s against eager's {start('torch'):.1f} s (medians of their sums), so compiling pays "
-            f"back {payback}, and a whole {model} run takes {cell(exp1, 'torch_compile', 'torch', total_time, model)} "
+            f"{start('torch_compile'):.1f} s against eager's {start('torch'):.1f} s (medians of their sums), so "
+            f"compiling pays back {payback}, and a whole {model} run takes {cell(exp1, 'torch_compile', 'torch', total_time, model)} "
             "of eager's time.")
     for m in models_in(exp1)[1:]:
         text += f" At {m}: steady {cell(exp1, 'torch_compile', 'torch', STEADY, m)}."

@@ -62,7 +62,8 @@ def precision_rows(gpu) -> list[list]:
         by[(r.env_id, r.model, r.variant, *map(str, repeat_of(r)))][precision(r)] = r
     pairs = defaultdict(list)
     for (env, model, variant, *_), runs in sorted(by.items()):
-        if {"float32", "tf32"} <= runs.keys():
+        if {"float32", "tf32"} <= runs.keys() and None not in (ITERATION(runs["float32"]), UPDATE(runs["float32"]),
+                                                                 ITERATION(runs["tf32"]), UPDATE(runs["tf32"])):
             pairs[(env, model, variant)].append((runs["float32"], runs["tf32"]))
     rows = []
     for (env, model, variant), both in pairs.items():

@@ -77,7 +77,8 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
     out.table("Time per iteration against Flax Linen's, steady state (iterations 8..end)",
               ["time, A / B", *models], rows, block="headline",
               note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
-                   f"Linen. 95% intervals over envs; fewer than 5 envs give their number and the range instead. {TOO_SHORT_NOTE}")
+                   f"Linen. 95% intervals over envs; fewer than 5 envs give their number and the range instead. "
+                   f"{TOO_SHORT_NOTE}")
     rows = []
     compile_cells = [f"{name(v, exp1)} {fmt(bucket_means(exp1, v, 'small')[0])} s"
                      for v in (REFERENCE, "torch", "torch_compile")
@@ -85,7 +86,8 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
     rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
     rows += cpuenv.headline_rows(cpuenv_runs) + agents.headline_rows(agent_runs) + expensive.headline_rows(expensive_runs)
     rows += continuous.headline_rows(continuous_runs) + pixels.headline_rows(pixel_runs)
-    out.table("What else a user weighs (small model, unless a line names another)", ["", "measured"], rows, block="headline-more")
+    out.table("What else a user weighs (small model, unless a line names another)", ["", "measured"], rows,
+              block="headline-more")
     plot_headline(exp1, models, variants, out)
 
 
