@@ -145,6 +145,34 @@ def continuous_section(runs, out):
     out.table(f"Each continuous env alone (32 envs, random actions): env steps per second, median (range, n "
               f"repeats), and against the C engine in Gymnasium's sync loop ({C_ENGINE})",
               ["env", "backend", "env steps/s", f"/ {C_ENGINE}"], env_alone_rows(runs), block="continuous-env-alone")
+    continuous_claims(runs, out)
+
+
+def continuous_claims(runs, out):
+    """What results.md and method.md say of these tables, decided from the same runs."""
+    alone = {(env, b): steps for env in sorted({r.env_id for r in runs}) for b in BACKENDS
+             if (steps := throughput(runs, env, b))}
+    said = lambda keys: ", ".join(f"{env} {b} {median_range(alone[(env, b)])}" for env, b in keys if (env, b) in alone)
+    cpu_ways = [(env, b) for env, b in alone if b in ("env-sync", "env-async")]
+    out.claim("envpool-fastest-of-the-cpus-ways", all((env, "env-envpool") in alone and min(alone[(env, "env-envpool")])
+                                                      > max(alone[(env, b)]) for env, b in cpu_ways),
+              ("fastest",), "env steps/s alone: " + said(sorted(alone)))
+    pendulum = ("Pendulum-v1", "env-gymnax"), ("Pendulum-v1", "env-envpool")
+    out.claim("gymnax-pendulum-faster-than-envpool", all(k in alone for k in pendulum)
+              and min(alone[pendulum[0]]) > max(alone[pendulum[1]]), ("faster",), said(pendulum))
+    cheetah = ("HalfCheetah-v5", "env-mjx"), ("HalfCheetah-v5", C_ENGINE)
+    out.claim("mjx-far-slower-than-the-c-engine", all(k in alone for k in cheetah)
+              and max(alone[cheetah[0]]) < min(alone[cheetah[1]])
+              and np.median(alone[cheetah[0]]) < 0.5 * np.median(alone[cheetah[1]]), ("slower",),
+              said(cheetah) + " (far: under half the C engine's median)")
+    gymnax = sorted({r.env_id for r in runs if r.variant == "linen"})
+    sizes = {(v, env, m): pair_ratios(runs, v, "linen", ITERATION).get((env, m), []) for v in ("torch", "torch_compile")
+             for env in gymnax for m in ("small", "medium")}
+    out.claim("jax-env-torch-ratio-smaller-at-medium",
+              all(len(sizes[(v, env, "medium")]) and len(sizes[(v, env, "small")])
+                  and max(sizes[(v, env, "medium")]) < min(sizes[(v, env, "small")]) for v, env, _ in sizes),
+              ("smaller",), "; ".join(f"{v} / linen, {env}, {m} {median_range(x, ratio=True)}"
+                                      for (v, env, m), x in sizes.items() if len(x)))
 
 
 def ratio_lines(runs, model: str, lines) -> list[list[str]]:

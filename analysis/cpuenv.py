@@ -118,6 +118,49 @@ def cpuenv_section(runs, out):
               "a framework's: the steady iteration",
               ["what changes", "time, A / B", "env", "batch and update", "model", *(name for name, _ in PARTS)], rows,
               block="cpuenv-ratios")
+    cpuenv_claims(runs, out)
+
+
+def cpuenv_claims(runs, out):
+    """What results.md's list under the ratios says, decided from the same pairs."""
+    default, cleanrl = CONFIGS.values()
+    ways = ("", "-vector", "-envpool")
+
+    def pairs(a, b, tag, config=None):
+        """{(env, config): ratios} of a / b, at one config or every one."""
+        return {(env, c): x for (env, c, model), x in paired(runs, a, b, tag).items()
+                if model == "small" and config in (None, c)}
+
+    said = lambda found: "; ".join(f"{env}, {c.split(':')[0]}: {median_range(x, ratio=True)}" for (env, c), x in found.items())
+    envpool = {fw: pairs(f"{fw}_gymnasium-envpool", f"{fw}_gymnasium", "time/rollout", cleanrl) for fw in ("torch", "linen")}
+    out.claim("envpool-slower-at-cleanrls-4-envs", all(found and all(x.min() > 1 for x in found.values())
+                                                       for found in envpool.values()), ("slower",),
+              "rollout, EnvPool / sync loop: " + " | ".join(f"{fw} {said(found)}" for fw, found in envpool.items()))
+    cartpole = {b: pairs("torch", b, "time/rollout", default).get(("CartPole-v1", default))
+                for b in ("torch_gymnasium-envpool", "torch_gymnasium-vector")}
+    breakout = pairs("torch", "torch_gymnasium", "time/rollout", default).get(("Breakout-MinAtar", default))
+    out.claim("torch-jax-env-no-faster-at-the-scripts-batch",
+              all(x is not None and x.min() > 1 for x in (*cartpole.values(), breakout)), ("faster",),
+              "rollout at the scripts' batch: " + "; ".join(f"torch / {b} on CartPole-v1 {median_range(x, ratio=True)}"
+                                                            for b, x in cartpole.items() if x is not None)
+              + (f"; torch / torch_gymnasium on Breakout-MinAtar {median_range(breakout, ratio=True)}"
+                 if breakout is not None else ""))
+    linen = {w: pairs("linen", f"linen_gymnasium{w}", "time/rollout") for w in ways}
+    out.claim("linen-jax-env-rollout-faster-than-any-host-loop",
+              all(found and all(x.max() < 1 for x in found.values()) for found in linen.values()), ("faster",),
+              "rollout, linen / linen_gymnasium: " + " | ".join(f"{w or 'sync'} {said(found)}" for w, found in linen.items()))
+    rollout = {w: pairs(f"torch_gymnasium{w}", f"linen_gymnasium{w}", "time/rollout", default) for w in ways}
+    out.claim("linen-cpu-env-rollout-slower-than-torchs",
+              all(found and all(np.median(x) < 1 for x in found.values()) for found in rollout.values()), ("slower",),
+              "rollout at the scripts' batch, torch_gymnasium / linen_gymnasium (median below 1 in each): "
+              + " | ".join(f"{w or 'sync'} {said(found)}" for w, found in rollout.items()))
+    update = {w: pairs(f"torch_gymnasium{w}", f"linen_gymnasium{w}", "time/update") for w in ways}
+    most_at_cleanrl = all(np.median(found[(env, cleanrl)]) > np.median(found[(env, default)])
+                          for found in update.values() for env, c in found if (env, cleanrl) in found and (env, default) in found)
+    out.claim("linen-update-faster-with-every-cpu-env",
+              all(found and all(x.min() > 1 for x in found.values()) for found in update.values()) and most_at_cleanrl,
+              ("faster",), "update, torch_gymnasium / linen_gymnasium (above 1 in every repeat, the median highest at "
+                           "CleanRL's batch): " + " | ".join(f"{w or 'sync'} {said(found)}" for w, found in update.items()))
 
 
 def headline_rows(cpuenv) -> list[list[str]]:
@@ -165,7 +208,7 @@ def envscale_section(runs, out):
     envs = sorted({r.env_id for r in runs})
     counts = sorted({r.info["args"]["num_envs"] for r in runs})
     fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs) + 2, 4.8), squeeze=False)
-    rows = []
+    rows, curves = [], {}
     for ax, env in zip(axes[0], envs):
         present = {r.variant for r in runs if r.env_id == env}
         alone = [v for v in ENV_ALONE_STYLES if v in present]
@@ -179,6 +222,7 @@ def envscale_section(runs, out):
                 style = dict(ls=ENV_ALONE_STYLES[v], color="grey") if v in alone else dict(marker="o", color=color(v))
                 ax.plot(list(points), list(points.values()), label=v, **style)
                 rows.append([env, v, *(points.get(n) for n in counts), saturation(points)])
+                curves[(env, v)] = points
         ax.set(xscale="log", yscale="log", title=env, xlabel="num_envs", ylabel="env steps per second")
         ax.set_xticks(counts, [str(n) for n in counts], minor=False)
         ax.xaxis.set_minor_locator(plt.NullLocator())
@@ -189,3 +233,19 @@ def envscale_section(runs, out):
               "flattens, that setup has stopped scaling; the grey lines are the environments alone.")
     out.table("Rollout throughput (env steps per second) by num_envs; saturates: fewest envs within 10% of the best",
               ["env", "variant", *map(str, counts), "saturates"], rows, block="envscale")
+    envscale_claims(curves, out)
+
+
+def envscale_claims(curves, out, up_to=128, from_=512):
+    """Linen's scan against every other script up to `up_to` envs; Linen over the NumPy CartPole from `from_` on."""
+    scripts = {(env, v): p for (env, v), p in curves.items() if v not in ENV_ALONE_STYLES}
+    best = {(env, n): max((p[n], v) for (e, v), p in scripts.items() if e == env and n in p)
+            for env, _ in scripts for n in curves.get((env, "linen"), {}) if n <= up_to}
+    out.claim(f"linen-scan-fastest-script-to-{up_to}-envs", best and all(v == "linen" for _, v in best.values()),
+              ("fastest",), "the script with the most env steps per second: "
+              + ", ".join(f"{env} at {n}: {v}" for (env, n), (_, v) in sorted(best.items())))
+    linen, vector = curves.get(("CartPole-v1", "linen"), {}), curves.get(("CartPole-v1", "linen_gymnasium-vector"), {})
+    late = {n: vector[n] / linen[n] for n in linen if n >= from_ and n in vector}
+    out.claim(f"numpy-cartpole-as-fast-as-linens-scan-from-{from_}-envs", late and min(late.values()) >= 0.9,
+              ("as fast",), "CartPole-v1, linen_gymnasium-vector / linen, env steps per second: "
+              + ", ".join(f"{n} envs {x:.2f}" for n, x in late.items()) + " (at least 0.9 at each)")

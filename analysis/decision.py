@@ -24,7 +24,7 @@ def framework(variant: str) -> str:
 class Regime:
     name: str
     condition: str  # in words, what a reader checks against their project
-    experiment: str
+    experiment: str  # or experiments, "headline, exp1": the first of them with runs to keep
     keep: Callable  # which of the experiment's runs
     value: Callable = ITERATION  # the time compared: the steady iteration (per agent for agents)
 
@@ -40,8 +40,8 @@ def most_agents(runs) -> list:
 
 REGIMES = [
     Regime("JAX env, small model", "the env is JAX code (Gymnax: classic control, MinAtar, bsuite), 64-wide MLP",
-           "exp1", lambda r: r.model == "small"),
-    Regime("JAX env, medium model", "the same, 256-wide MLP", "exp1", lambda r: r.model == "medium"),
+           "headline, exp1", lambda r: r.model == "small"),
+    Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", lambda r: r.model == "medium"),
     Regime("CPU env, Gymnasium's loop", "a Python env stepped by Gymnasium's SyncVectorEnv, small model", "cpuenv",
            lambda r: r.model == "small" and r.variant in ("torch_gymnasium", "linen_gymnasium")),
     Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpuenv",
@@ -77,20 +77,31 @@ def decide(runs, value) -> dict | None:
     per_env = [ratios for ratios in pair_ratios(runs, loser, winner, value).values() if len(ratios)]
     if not per_env or max(len(r) for r in per_env) < MIN_REPEATS and len(per_env) < MIN_REPEATS:
         return None
-    return {"winner": winner, "loser": loser, "row": ratio_row(per_env),
-            "runs": sum(r.variant in (winner, loser) for r in runs), "devices": {r.info.get("device") for r in runs}}
+    return {"winner": winner, "loser": loser, "row": ratio_row(per_env), "devices": {r.info.get("device") for r in runs},
+            "runs": sum(r.variant in (winner, loser) for r in runs)}
 
 
 def decision_rows(by_experiment: dict) -> list[dict]:
     rows = []
     for regime in REGIMES:
-        runs = by_experiment.get(regime.experiment, [])
-        runs = most_agents(runs) if regime.experiment == "agents" else [r for r in runs if regime.keep(r)]
+        kept = (most_agents(by_experiment.get(e, [])) if e == "agents" else
+                [r for r in by_experiment.get(e, []) if regime.keep(r)] for e in regime.experiment.split(", "))
+        runs = next((runs for runs in kept if runs), [])
         if regime.experiment == "cpuenv":
             runs = defaults_only(runs)
-        if runs and (found := decide(runs, regime.value)):
-            rows.append({"regime": regime, **found})
+        if runs:
+            rows.append({"regime": regime, **(decide(runs, regime.value)
+                                              or {"why": undecided(runs, regime.value), "runs": len(runs)})})
     return rows
+
+
+def undecided(runs, value) -> str:
+    """Why a regime that ran has no verdict."""
+    if len(ran := {framework(r.variant) for r in runs}) < 2:
+        return f"not decided: only {ran.pop()} ran"
+    if all(value(r) is None for r in runs):
+        return "not decided: its runs are too short for a steady state"
+    return f"not decided: fewer than {MIN_REPEATS} repeats (or envs) of both frameworks"
 
 
 def label(variant: str) -> str:
@@ -100,7 +111,9 @@ def label(variant: str) -> str:
 
 
 def answer(rows: list[dict]) -> str:
-    """The one sentence: in how many regimes each framework was fastest, and by how much."""
+    """The one sentence: in how many of the decided regimes each framework was fastest, and by how much."""
+    open_ = sum("winner" not in row for row in rows)
+    rows = [row for row in rows if "winner" in row]
     by = {fw: [row for row in rows if framework(row["winner"]) == fw] for fw in ("JAX", "PyTorch")}
     where = "On a CPU, " if set().union(*(row["devices"] for row in rows)) == {"cpu"} else ""
     said = {"JAX": "a JAX framework", "PyTorch": "PyTorch"}
@@ -110,16 +123,19 @@ def answer(rows: list[dict]) -> str:
             margins = [row["row"]["geomean"] for row in by[fw]]
             spread = f"{min(margins):.2f}x" + (f" to {max(margins):.2f}x" if len(margins) > 1 else "")
             other = "PyTorch" if fw == "JAX" else "JAX"
-            regimes = f"{len(by[fw])} of the {len(rows)} regimes measured" if len(by[fw]) > 1 else (
+            regimes = (f"all {len(rows)} regimes decided" if len(by[fw]) == len(rows) else
+                       f"{len(by[fw])} of the {len(rows)} regimes decided") if len(by[fw]) > 1 else (
                 f"one: {by[fw][0]['regime'].name}")
             parts.append(f"{said[fw]} was the fastest in {regimes} ({other}'s fastest variant took {spread} as long)")
     sentence = "; ".join(parts)
-    return where + sentence[0].lower() + sentence[1:] + "." if where else sentence[0].upper() + sentence[1:] + "."
+    sentence = where + sentence[0].lower() + sentence[1:] + "." if where else sentence[0].upper() + sentence[1:] + "."
+    return sentence + (f" {open_} more regime{'s' * (open_ > 1)} ran without a verdict (the table says why)."
+                       if open_ else "")
 
 
 def decision_section(by_experiment: dict, out):
     rows = decision_rows(by_experiment)
-    if not rows:
+    if not any("winner" in row for row in rows):
         return
     out.heading("The answer by regime")
     out.text([answer(rows)], block="answer")
@@ -127,7 +143,10 @@ def decision_section(by_experiment: dict, out):
               "slower one's time over the faster one's (steady iterations, paired by repeat)",
               ["regime", "when", "fastest", "the other framework's fastest / the fastest", "time, A / B", "runs"],
               [[row["regime"].name, row["regime"].condition, label(row["winner"]),
-                f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]), row["runs"]] for row in rows],
+                f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]), row["runs"]]
+               if "winner" in row else [row["regime"].name, row["regime"].condition, "–", "–", row["why"], row["runs"]]
+               for row in rows],
               block="decision",
               note="Intervals are over environments where at least 5 ran; otherwise the range, and the number of envs "
-                   "or, on one env, of repeats.")
+                   "or, on one env, of repeats. Runs: those behind the ratio (both variants'); where a regime is not "
+                   "decided, all of its runs.")

@@ -131,7 +131,7 @@ def section(exp1, cx, out):
     out.table("Steady state: mean iteration time of iterations 8..end", RATIO_HEADER,
               ratio_rows(speedup_table(exp1, steady("time/iteration"), pairs)))
     costs_table(exp1, out)
-    model_size_table(exp1, pairs, out)
+    model_size_table(exp1, pairs, out, block="exp1-model-size")
 
 
 def costs_table(exp1, out, model="small"):
@@ -148,7 +148,7 @@ def costs_table(exp1, out, model="small"):
                "start-up + iteration 0", "iterations 8..end, each", "whole run"], rows, block="run-costs")
 
 
-def model_size_table(exp1, pairs, out):
+def model_size_table(exp1, pairs, out, block="model-size"):
     models = models_in(exp1)
     rows = []
     for label, value in (("steady state", steady("time/iteration")), ("whole run", total_time)):
@@ -156,7 +156,7 @@ def model_size_table(exp1, pairs, out):
             cells = {r["model"]: ratio_cell(r) for r in speedup_table(exp1, value, [(a, b)], models)}
             rows.append([f"{a} / {b}", label, *(cells.get(m) or missing(exp1, (a, b), m) for m in models)])
     rows.append([f"{REFERENCE}, seconds per iteration", "steady state", *(linen_seconds(exp1, m) for m in models)])
-    out.table("By model size", ["time, A / B", "measure", *models], rows, block="model-size",
+    out.table("By model size", ["time, A / B", "measure", *models], rows, block=block,
               note=f"Runs per variant — {runs_behind(exp1)}. {TOO_SHORT_NOTE}")
 
 

@@ -5,11 +5,13 @@ import numpy as np
 
 from .exp1 import REFERENCE, runs_behind
 from .output import fmt
-from .stats import (MIN_STEADY, MODELS, STEADY_FROM, TOO_SHORT, bucket_means, first_iteration, geomean, includes_one,
-                    median_of, missing, models_in, one_ratio, pair_ratios, ratio_cell, startup, steady, total_time)
+from .stats import (MIN_STEADY, MODELS, STEADY_FROM, TOO_SHORT, below, bucket_means, first_iteration, geomean,
+                    includes_one, median_of, missing, models_in, not_below, one_ratio, pair_ratios, ratio_cell, startup,
+                    steady, total_time)
 
 STEADY = steady("time/iteration")
 JAX_VARIANTS = ("nnx", "nnx_cached", "equinox")
+THEIR_TORCH_OVER_LINEN = 5.88  # benchback-rl's README: eager PyTorch / Linen, small model, geometric mean
 
 
 def cell(runs, a, b, value, model, envs=None) -> str:
@@ -145,6 +147,27 @@ def findings_section(exp1, exp2, exp3, cx, out):
     if exp2 or exp3:
         out.text([f"- Without jit: {no_jit(exp2, exp3)}"], block="finding-nojit")
     claims_section(exp1, exp2, cx, out)
+    findings_claims(exp1, exp2, out)
+
+
+def findings_claims(exp1, exp2, out, model="small"):
+    """What results.md's findings say around the blocks above, decided from the same runs."""
+    steady_, whole = (one_ratio(exp1, "torch", REFERENCE, v, model) for v in (STEADY, total_time))
+    out.claim("whole-run-narrows-the-eager-gap", below(whole, steady_), ("narrow",),
+              f"torch / linen at {model}: whole run {ratio_cell(whole)}, steady {ratio_cell(steady_)}")
+    steady_, whole = (one_ratio(exp1, "torch_compile", REFERENCE, v, model) for v in (STEADY, total_time))
+    out.claim("whole-run-widens-the-compiled-gap", below(steady_, whole), ("widen",),
+              f"torch_compile / linen at {model}: whole run {ratio_cell(whole)}, steady {ratio_cell(steady_)}")
+    if not exp2:
+        return
+    update, rollout = (one_ratio(exp2, "torch_compile", "torch", steady(t), model)
+                       for t in ("time/update", "time/rollout"))
+    out.claim("compiled-update-faster-rollout-not", below(update, 1) and not_below(rollout, 1), ("faster",),
+              f"torch_compile / torch, synced, {model}: update {ratio_cell(update)}, rollout {ratio_cell(rollout)}")
+    nojit = {v: one_ratio(exp2, v, "torch", STEADY, model) for v in ("linen-nojit", "nnx-nojit")}
+    out.claim("jax-without-jit-falls-far-behind-torch", all(below(2, row) for row in nojit.values()), ("fall",),
+              "; ".join(f"{v} / torch, synced iteration {ratio_cell(row)}" for v, row in nojit.items())
+              + " (far: above 2 across the range)")
 
 
 def overhead_cell(exp1, variants, model="small", bucket=None) -> str:
@@ -177,7 +200,7 @@ def claims_section(exp1, exp2, cx, out):
         ["Linen vs NNX, large model", "1.05x", cell(exp1, "nnx", "linen", total_time, "large")],
         ["Linen vs NNX without overheads (iterations 8..end), small", "1.02x",
          cell(exp1, "nnx", "linen", STEADY, "small")],
-        ["Linen vs PyTorch, small model (torch / linen)", "6x (geometric mean 5.88x)",
+        ["Linen vs PyTorch, small model (torch / linen)", f"6x (geometric mean {THEIR_TORCH_OVER_LINEN}x)",
          cell(exp1, "torch", "linen", total_time, "small")],
         ["Linen vs compiled PyTorch, small model (torch_compile / linen)", "– (its torch.compile compiled nothing)",
          cell(exp1, "torch_compile", "linen", total_time, "small")],
@@ -198,6 +221,8 @@ def claims_section(exp1, exp2, cx, out):
          "slower than torch on all but one env",
          "; ".join(f"{v} / torch {cell(exp2, v, 'torch', STEADY, 'small')}" for v in ("linen-nojit", "nnx-nojit"))],
     ]
+    out.claim("benchback-rl-reported-linen-several-times-faster", THEIR_TORCH_OVER_LINEN >= 2, ("faster",),
+              f"benchback-rl's README: torch / linen {THEIR_TORCH_OVER_LINEN}x, small model, on a GPU (its words)")
     out.table("One row per claim of benchback-rl's README", ["claim", "benchback-rl (GPU)",
                                                              "ours (whole runs, unless the claim names another time)"],
               rows, block="benchback-rl-claims")

@@ -1,6 +1,6 @@
 """On a GPU (issue 34; folder gpu, bench.sh's preset of that name): each framework's time per iteration
 against Linen's on the GPU next to the same ratio on the CPU (Experiment 1's runs of the same env and
-model), where a GPU iteration goes (rollout, update, and iteration 0, the compilation), and TF32
+model, from its shuffled re-run where it ran), where a GPU iteration goes (rollout, update, and iteration 0, the compilation), and TF32
 against full float32 matmuls."""
 
 from collections import defaultdict
@@ -74,8 +74,8 @@ def precision_rows(gpu) -> list[list]:
 
 
 def gpu_section(gpu, cpu, out):
-    out.heading("On a GPU", f"bench.sh's gpu preset on {devices(gpu)}, against the CPU study's Experiment 1 "
-                            f"({devices(cpu)}). {sessions_note(gpu)}")
+    out.heading("On a GPU", f"bench.sh's gpu preset on {devices(gpu)}, against Experiment 1's runs of the same env "
+                            f"and model on the CPU (its shuffled re-run where it ran; {devices(cpu)}). {sessions_note(gpu)}")
     variants, rows = ratio_rows(gpu, cpu)
     out.table("Each framework's time per iteration over Linen's, on the GPU | on the CPU (steady state, float32 "
               "matmuls; median and range over repeats)",
@@ -89,6 +89,7 @@ def gpu_section(gpu, cpu, out):
     envs, rows = headline_rows(gpu, cpu)
     out.table(f"On {devices(gpu)}: each framework's iteration over Linen's with the small model, on the GPU \\| "
               "on the CPU (medians)", ["time, A / B", *envs], rows, block="gpu-headline")
+    gpu_claims(gpu, cpu, out)
     out.table("TF32 against full float32 matmuls (--matmul-precision), the same runs otherwise",
               ["env", "model", "variant", "float32 iteration ms", "tf32 / float32", "float32 update ms",
                "tf32 / float32, update"], precision_rows(gpu), block="gpu-precision")
@@ -107,3 +108,17 @@ def headline_rows(gpu, cpu) -> list[list[str]]:
             cells.append(f"{show(gpu_cell)} \\| {show(cpu_cell)}")
         rows.append([f"{NAMES.get(v, v)} / Linen", *cells])
     return envs, rows
+
+
+def gpu_claims(gpu, cpu, out, far=2.0):
+    """README's caveat: PyTorch's gap to Linen on the GPU against the same on the CPU, small model."""
+    _, ratios = ratios_here_and_there(gpu, cpu)
+    both = {}  # (variant, env): the GPU's median ratio and the CPU's
+    for (where, v), by in ratios.items():
+        for (env, model), x in by.items():
+            if where == "GPU" and v.startswith("torch") and model == "small" and (c := ratios["CPU", v].get((env, model))) is not None:
+                both[(v, env)] = (np.median(x), np.median(c))
+    out.claim("gpu-torch-gap-far-wider-than-cpu", both and all(g >= far * c for g, c in both.values()), ("wider",),
+              "over Linen, small model, GPU | CPU medians: " + "; ".join(f"{v} {env} {g:.2f}x | {c:.2f}x"
+                                                                          for (v, env), (g, c) in sorted(both.items()))
+              + f" (far: the GPU's at least {far:g} times the CPU's)")

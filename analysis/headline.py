@@ -7,11 +7,11 @@ from collections import defaultdict
 import numpy as np
 
 from . import agents, continuous, cpuenv, expensive, pixels
-from .exp1 import REFERENCE, linen_seconds, runs_behind
+from .exp1 import REFERENCE, linen_seconds, model_size_table, pairs_for, runs_behind
 from .output import NAMES, color, fmt, name, variant_order
 from .runs import EXPERIMENTS
-from .stats import (MODELS, TOO_SHORT, TOO_SHORT_NOTE, bucket_means, missing, models_in, one_ratio, ratio_cell,
-                    session_of, steady, total_time)
+from .stats import (MODELS, TOO_SHORT, TOO_SHORT_NOTE, below, bucket_means, missing, models_in, not_below, one_ratio,
+                    ratio_cell, session_of, steady, total_time)
 
 STEADY = steady("time/iteration")
 
@@ -89,6 +89,26 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
     out.table("What else a user weighs (small model, unless a line names another)", ["", "measured"], rows,
               block="headline-more")
     plot_headline(exp1, models, variants, out)
+    model_size_table(exp1, pairs_for({r.variant for r in exp1}), out)
+    size_claims(exp1, out)
+
+
+def size_claims(runs, out, small="small", medium="medium"):
+    """What the docs say of the ratios from the small to the medium model, decided from the model-size table."""
+    row = lambda a, value, m, b=REFERENCE: one_ratio(runs, a, b, value, m)
+    said = lambda a, value, b=REFERENCE: f"{a} / {b}: {small} {ratio_cell(row(a, value, small, b))}, " \
+                                         f"{medium} {ratio_cell(row(a, value, medium, b))}"
+    out.claim("eager-steady-gap-smaller-at-medium", below(row("torch", STEADY, medium), row("torch", STEADY, small)),
+              ("smaller",), said("torch", STEADY) + ", steady")
+    out.claim("compiled-steady-gap-not-smaller-at-medium",
+              not_below(row("torch_compile", STEADY, medium), row("torch_compile", STEADY, small)), ("smaller",),
+              said("torch_compile", STEADY) + ", steady")
+    out.claim("whole-run-gaps-not-smaller-at-medium",
+              all(not_below(row(v, total_time, medium), row(v, total_time, small)) for v in ("torch", "torch_compile")),
+              ("smaller",), said("torch", total_time) + "; " + said("torch_compile", total_time) + ", whole runs")
+    out.claim("compile-gain-shrinks-at-medium",
+              below(row("torch_compile", STEADY, small, "torch"), row("torch_compile", STEADY, medium, "torch")),
+              ("shrink",), said("torch_compile", STEADY, "torch") + ", steady")
 
 
 def plot_headline(exp1, models, variants, out):

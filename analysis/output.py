@@ -79,7 +79,7 @@ class Output:
     block name are also what README.md and docs/ show between their BEGIN/END markers."""
 
     def __init__(self, folder: Path):
-        self.folder, self.md, self.blocks, self.charts = folder, [], {}, []
+        self.folder, self.md, self.blocks, self.charts, self.claims = folder, [], {}, [], {}
 
     def heading(self, title: str, *intro: str):
         self.md += [f"## {title}", ""] + ([" ".join(intro), ""] if intro else [])
@@ -107,6 +107,23 @@ class Output:
         if name in self.blocks:
             raise ValueError(f"two blocks named {name!r}")
         self.blocks[name] = "\n".join(lines) + "\n"
+
+    def claim(self, name: str, holds, words: tuple[str, ...], evidence: str):
+        """A comparison the docs' prose makes where it says `<!-- claim: NAME -->`: the comparative
+        words it licenses there, whether these runs bear it out, and the figures that decide it."""
+        if name in self.claims:
+            raise ValueError(f"two claims named {name!r}")
+        self.claims[name] = (bool(holds), tuple(words), evidence)
+
+    def claims_table(self):
+        """Every claim, with its verdict: the block that tests/test_docs.py holds the prose to."""
+        if self.claims:
+            self.heading("The comparisons the prose makes")
+            self.table("The comparisons the prose makes, and whether the runs bear each out",
+                       ["claim", "words", "holds", "because"],
+                       [[f"`{n}`", ", ".join(w), "yes" if h else "no", e.replace("|", "\\|")] for n, (h, w, e) in sorted(self.claims.items())],
+                       block="claims", note="A claim with a trend holds only when every step of it holds beyond its "
+                                            "intervals (or, with fewer than 5 envs, its ranges).")
 
     def chart(self, fig, name: str, caption: str, dpi: int = 110):
         """Saves the figure; REPORT.md shows it where it stands, with its caption under it."""

@@ -12,7 +12,7 @@ from .continuous import learning_rows, ratio_lines, ratio_rows, share_rows
 from .expensive import ITERATION
 from .learning import plot_learning_curves
 from .output import color, variant_order
-from .stats import median_range, pair_ratios, repeat_of, sessions_note
+from .stats import median_range, pair_ratios, repeat_of, sessions_note, total_time
 
 GROUPS = {  # the yardstick of each group of variants, and the others, as bench.sh pixels runs them
     "linen": ("nnx", "nnx_cached", "equinox", "torch", "torch_compile"),  # the env in JAX (Gymnax)
@@ -100,6 +100,25 @@ def pixels_section(runs, out):
     variants, rows = share_rows(runs, GROUPS)
     out.table("Pixels: the rollout's share of an iteration (rollout / (rollout + update)), median over repeats",
               ["env", "model", *variants], rows, block="pixels-shares")
+    pixels_claims(runs, out)
+
+
+def pixels_claims(runs, out):
+    """What results.md's "Why" says of these tables, decided from the same runs."""
+    atari = pair_ratios(runs, "torch_gymnasium-envpool", "linen_gymnasium-envpool", ITERATION).get(("Breakout-v5", "cnn"), [])
+    out.claim("torch-faster-on-atari", len(atari) and max(atari) < 1, ("faster",),
+              f"Breakout-v5, torch_gymnasium-envpool / linen_gymnasium-envpool {median_range(atari, ratio=True) if len(atari) else '–'}")
+    multiples = {v: cnn_over_mlp(runs, v) for v in ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile",
+                                                     "linen_gymnasium", "torch_gymnasium")}
+    envs = sorted({env for m in multiples.values() for env in m})
+    jax = lambda v: not v.startswith("torch")
+    larger = all(all(env in m for m in multiples.values())
+                 and min(np.median(m[env]) for v, m in multiples.items() if jax(v))
+                 > max(np.median(m[env]) for v, m in multiples.items() if not jax(v)) for env in envs)
+    out.claim("cnn-costs-the-jax-scripts-a-larger-multiple", envs and larger, ("larger",),
+              "CNN / MLP steady iteration, medians: " + "; ".join(
+                  f"{env}: " + ", ".join(f"{v} {np.median(m[env]):.2f}" for v, m in multiples.items() if env in m)
+                  for env in envs) + " (every JAX script's above every PyTorch script's)")
 
 
 def pixels_learning_section(runs, out):
@@ -116,6 +135,10 @@ def pixels_learning_section(runs, out):
               "iterations) of each seed, against the bar each must reach",
               ["env", "variant", "seeds", "return, first 10 iterations", "final return, mean", "min .. max", "bar",
                "seeds at the bar", "env steps"], learning_rows(runs, BARS), block="pixels-learning")
+    whole = {v: [t for r in runs if r.variant == v and (t := total_time(r))] for v in ("linen", "torch")}
+    out.claim("linens-cnn-runs-finish-sooner", all(whole.values()) and max(whole["linen"]) < min(whole["torch"]),
+              ("sooner",), "whole runs (s): " + "; ".join(f"{v} " + ", ".join(f"{t:.0f}" for t in sorted(ts))
+                                                         for v, ts in whole.items()))
 
 
 def headline_rows(runs) -> list[list[str]]:

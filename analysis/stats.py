@@ -191,6 +191,24 @@ def ratio_cell(row: dict | None) -> str:
     return f"{row['geomean']:.2f}x " + (s if s.startswith("[") else f"({s})")
 
 
+def bounds(row: dict) -> tuple[float, float]:
+    """Where a ratio row can be said to lie: its interval from 5 envs on, else its range."""
+    return (row["ci_low"], row["ci_high"]) if row["envs"] >= MIN_FOR_INTERVAL else (row["min"], row["max"])
+
+
+def below(a, b) -> bool:
+    """a is below b beyond their intervals or ranges; either a ratio row or a number such as 1.
+    A row that is None (not run) is below nothing."""
+    if a is None or b is None:
+        return False
+    return (bounds(a)[1] if isinstance(a, dict) else a) < (bounds(b)[0] if isinstance(b, dict) else b)
+
+
+def not_below(a, b) -> bool:
+    """Both measured, and a not below b beyond their intervals or ranges."""
+    return a is not None and b is not None and not below(a, b)
+
+
 def includes_one(row: dict) -> str:
     if row["envs"] < MIN_FOR_INTERVAL:
         return "too few envs for an interval"

@@ -86,6 +86,32 @@ def tuning_section(runs, out):
               ["env", "model", "--compile-scope", "compiled besides GAE", "iteration", "rollout", "update",
                "/ update+policy", "/ eager torch"], rows, block="tuning-scopes")
     defaults_table(runs, points, keys, out)
+    threads_claims(points, keys, out)
+
+
+def threads_claims(points, keys, out):
+    """What results.md says of the thread settings and the scopes, decided from the same ratios."""
+    def vs_base(variant, setting, model, base=None):
+        return [x for env, m in keys if m == model
+                for x in ratios(points, (variant, setting), base or (variant, BASE), env, model)]
+
+    def said(variant, setting, base=None):
+        return "; ".join(f"{variant} {setting} {m} {cell(vs_base(variant, setting, m, base))}" for m in ("small", "medium"))
+
+    small, medium = vs_base("linen", "xla-1", "small"), vs_base("linen", "xla-1", "medium")
+    out.claim("xla-one-thread-faster-for-small-linen", always_faster(small) and medium and not always_faster(medium),
+              ("faster",), said("linen", "xla-1") + " (faster in every repeat at small, not at medium)")
+    passive = [vs_base("torch", "omp-passive", m) for m in ("small", "medium")]
+    one = {m: vs_base("torch", "torch-1", m) for m in ("small", "medium")}
+    out.claim("spinning-openmp-threads-faster", all(len(x) >= 3 and min(x) > 1 for x in passive)
+              and len(one["medium"]) >= 3 and min(one["medium"]) > 1 and np.median(one["small"]) > 1,
+              ("slower",), said("torch", "omp-passive") + "; " + said("torch", "torch-1")
+              + " (omp-passive above 1 in every repeat at both sizes; torch-1 at medium, and by median at small)")
+    grads = {m: vs_base("torch_compile-grads", BASE, m, EARLIER) for m in ("small", "medium")}
+    out.claim("grads-scope-faster-small-slower-medium",
+              grads["small"] and grads["medium"] and np.median(grads["small"]) < 1 < np.median(grads["medium"])
+              and not (always_faster(grads["small"]) and always_faster(grads["medium"])), ("faster", "slower"),
+              f"grads / update+policy: small {cell(grads['small'])}, medium {cell(grads['medium'])}")
 
 
 def best(points, variant_settings: list[tuple], base: tuple, keys) -> tuple | None:
@@ -107,6 +133,10 @@ def defaults_table(runs, points, keys, out):
     earlier = {"linen": ("linen", BASE), "torch": ("torch", BASE), "torch_compile": EARLIER}
     rows = [[name, f"{earlier[name][0]} ({earlier[name][1]})", f"{chosen[name][0]} ({chosen[name][1]})"]
             for name in chosen]
+    out.claim("defaults-fastest-measured", chosen == earlier, ("fastest", "faster", "as fast"),
+              "no setting or scope was faster than a script's default in every repeat at every size: "
+              + ", ".join(f"{name} keeps {c[0]} ({c[1]})" if c == earlier[name] else f"{name} moves to {c[0]} ({c[1]})"
+                          for name, c in chosen.items()))
     out.table("The fastest measured: each framework's setting (and torch_compile's scope) that was faster than "
               "the earlier default in every repeat at every size, else the earlier default",
               ["framework", "earlier default", "fastest measured"], rows, block="tuning-defaults")
@@ -135,6 +165,7 @@ def gemm_section(runs, out):
                            for size in cal["layer_widths"])])
     if not rows:
         return
+    gemm_claims(calibrations, out)
     widths = next(iter(calibrations.values()))["layer_widths"]
     out.heading("The matrix library: one layer in each framework",
                 f"x @ W + b for a minibatch of {next(iter(calibrations.values()))['layer_rows']} rows at each model "
@@ -166,6 +197,24 @@ def share(explained: float, gap: float | None) -> str:
     if not gap or gap <= 0:
         return "–"
     return f"{explained / gap:.0%}" if explained >= 0 else "none: torch's layers are faster"
+
+
+def gemm_claims(calibrations, out):
+    """One layer: torch against JAX in every session at the medium width, the two at the large
+    width, and each framework's other ways against its default at the large width."""
+    per = {s: cal["layer_seconds"] for s, cal in sorted(calibrations.items())}
+    medium = {s: layers["torch"]["medium"] / layers["jax"]["medium"] for s, layers in per.items()}
+    large = {s: layers["torch"]["large"] / layers["jax"]["large"] for s, layers in per.items()}
+    show = lambda d: ", ".join(f"{v:.2f}" for v in d.values())
+    out.claim("torch-layer-faster-at-medium-width", max(medium.values()) < 1, ("faster", "as fast"),
+              f"torch / jax, one medium layer, each session: {show(medium)}")
+    out.claim("large-layer-swaps-between-sessions", min(large.values()) < 1 < max(large.values()), ("faster", "as fast"),
+              f"torch / jax, one large layer, each session: {show(large)}")
+    others = {(s, way): layers[way]["large"] / layers["torch" if way.startswith("torch") else "jax"]["large"]
+              for s, layers in per.items() for way in layers if way not in ("torch", "jax")}
+    out.claim("other-gemm-ways-no-faster-at-large-width", others and min(others.values()) >= 1, ("faster",),
+              "each other way / its framework's default, one large layer: "
+              + ", ".join(f"{way} {v:.2f}" for (s, way), v in others.items()))
 
 
 HIDDEN = {"medium": 3, "large": 6}  # hidden layers of each size (width x width products between them)

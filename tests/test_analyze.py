@@ -661,9 +661,10 @@ def test_gpu_ratios_next_to_the_cpu_and_tf32_against_float32(tmp_path):
 
 
 def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_follows(tmp_path):
-    """One row per regime with pairs from at least three repeats: the fastest variant of each framework
-    (JAX's fastest of several), the loser's fastest over the winner's, paired by repeat; a regime with one
-    framework or too few repeats gives no row; README's sentence counts the rows' winners."""
+    """One row per regime that ran: with pairs from at least three repeats, the fastest variant of each
+    framework (JAX's fastest of several) and the loser's fastest over the winner's, paired by repeat; a
+    regime with one framework, too few repeats or no steady state says why it is not decided; the JAX-env
+    regime comes from the shuffled re-run (headline) where it ran; README's sentence counts the winners."""
     from analysis import decision
 
     runs_dir = tmp_path / "runs"
@@ -674,17 +675,26 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
         for variant, factor in (("linen_gymnasium-envpool", 2.0), ("torch_gymnasium-envpool", 1.0)):
             fake_run(runs_dir / "pixels" / f"r{seed}" / "atari", variant, "Breakout-v5", "cnn", seed, 10.0,
                      [x * factor for x in ITERATIONS], synced=True)
+        for variant, factor in (("linen", 1.0), ("torch", 1.5)):  # the re-run, medium only: exp1 keeps small
+            fake_run(runs_dir / "headline" / f"r{seed}", variant, "CartPole-v1", "medium", seed, 10.0,
+                     [x * factor for x in ITERATIONS])
     fake_run(runs_dir / "exp1" / "r1", "linen", "CartPole-v1", "medium", 1, 10.0, ITERATIONS)  # torch never ran
     for variant in ("linen", "torch"):  # one repeat on one env: not decided
         fake_run(runs_dir / "continuous" / "r1", variant, "Pendulum-v1", "small", 1, 10.0, ITERATIONS, synced=True)
+        fake_run(runs_dir / "expensive" / "r1", variant, "Craftax-Classic-Symbolic-v1", "small", 1, 10.0, ITERATIONS[:10])
     loaded, _ = runs.find_runs([str(runs_dir)])
     rows = decision.decision_rows({e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS})
-    assert [(row["regime"].name, row["winner"], row["loser"], f"{row['row']['geomean']:.3f}", row["runs"])
-            for row in rows] == [("JAX env, small model", "equinox", "torch_compile", "2.443", 6),
-                                 ("pixels, Atari", "torch_gymnasium-envpool", "linen_gymnasium-envpool", "2.000", 6)]
-    assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in one: JAX env, small model "
-                                     "(PyTorch's fastest variant took 2.44x as long); PyTorch was the fastest in one: "
-                                     "pixels, Atari (JAX's fastest variant took 2.00x as long).")
+    assert [(row["regime"].name, row.get("winner"), row.get("loser"), f"{row['row']['geomean']:.3f}" if "row" in row
+             else row["why"], row["runs"]) for row in rows] == [
+        ("JAX env, small model", "equinox", "torch_compile", "2.443", 6),
+        ("JAX env, medium model", "linen", "torch", "1.500", 6),
+        ("expensive JAX env", None, None, "not decided: its runs are too short for a steady state", 2),
+        ("continuous actions, JAX env", None, None, "not decided: fewer than 3 repeats (or envs) of both frameworks", 2),
+        ("pixels, Atari", "torch_gymnasium-envpool", "linen_gymnasium-envpool", "2.000", 6)]
+    assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in 2 of the 3 regimes decided "
+                                     "(PyTorch's fastest variant took 1.50x to 2.44x as long); PyTorch was the fastest "
+                                     "in one: pixels, Atari (JAX's fastest variant took 2.00x as long). 2 more regimes "
+                                     "ran without a verdict (the table says why).")
 
 
 def test_time_to_target_from_the_process_start(tmp_path):
@@ -708,3 +718,30 @@ def test_time_to_target_from_the_process_start(tmp_path):
     assert variants == ["linen", "torch"] and rows[0] == ["CartPole-v1", "90.4", "18.0 s (3 of 3)", "never (0 of 3)"]
     assert rows[1] == ["MemoryChain-bsuite", "nothing learned", "–", "–"]
     assert rows[2] == ["median over envs, / Linen's", "", "1.00x (1 envs)", "–"]
+
+
+@pytest.mark.parametrize("medium_factors, holds", [((2.0, 2.1, 2.2), True),  # every repeat below small's
+                                                   ((2.0, 2.1, 3.05), False)])  # one repeat inside small's range
+def test_a_trend_claim_holds_only_beyond_the_ranges(tmp_path, medium_factors, holds):
+    """'smaller at medium' is claimed only when the medium ratios' range lies wholly below the small's;
+    the claims table records the verdict and the figures, and the docs' marker test reads it back."""
+    from analysis import headline
+    from analysis.output import Output
+
+    runs_dir = tmp_path / "runs"
+    for seed, medium in zip((1, 2, 3), medium_factors):
+        for model, factor in (("small", 3.0 + seed / 100), ("medium", medium)):
+            for variant, f in (("linen", 1.0), ("torch", factor), ("torch_compile", factor)):
+                fake_run(runs_dir / "headline" / f"r{seed}", variant, "CartPole-v1", model, seed, 10.0 * f,
+                         [x * f for x in ITERATIONS])
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    out = Output(tmp_path)
+    headline.size_claims(loaded, out)
+    verdict, words, because = out.claims["eager-steady-gap-smaller-at-medium"]
+    assert verdict is holds and words == ("smaller",) and "torch / linen: small 3.02x" in because
+    assert out.claims["compiled-steady-gap-not-smaller-at-medium"][0] is not holds
+    out.claims_table()
+    claims = docs.claims_of("<!-- BEGIN analyze.py claims -->\n" + out.blocks["claims"] + "<!-- END analyze.py claims -->")
+    assert claims["eager-steady-gap-smaller-at-medium"] == (holds, ("smaller",))
+    said = "The eager gap is smaller at the medium model <!-- claim: eager-steady-gap-smaller-at-medium -->."
+    assert bool(docs.unclaimed(said, claims)) is not holds

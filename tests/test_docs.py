@@ -1,6 +1,7 @@
 """README.md and docs/ keep their promises: links resolve, the README answers first and stays
-short, no measured figure stands outside a generated block, and the tables that describe the
-project (tests, variants, presets) list all of it."""
+short, no measured figure stands outside a generated block, no comparison in prose lacks a claim
+analyze.py computed and found true, and the tables that describe the project (tests, variants,
+presets) list all of it."""
 
 import dataclasses
 import itertools
@@ -61,6 +62,34 @@ def test_readme_answers_first_and_stays_short():
 def test_no_measured_figure_outside_generated_blocks(page):
     hits = FIGURE.findall(prose(page.read_text()))
     assert not hits, f"{page.name}: figures typed by hand outside the generated blocks: {hits[:5]}"
+
+
+CLAIMS = docs.claims_of((ROOT / "docs" / "results.md").read_text())  # the claims block analyze.py writes
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_comparison_in_prose_has_a_claim_that_holds(page):
+    assert CLAIMS, "docs/results.md has no claims block: run analyze.py with --docs"
+    problems = docs.unclaimed(page.read_text(), CLAIMS)
+    assert not problems, f"{page.name}: " + "\n".join(problems[:5])
+
+
+CLAIMED = {"gap-narrows": (True, ("narrow",)), "gap-wider": (False, ("wider",))}
+
+
+@pytest.mark.parametrize("text, wrong", [
+    ("The gap narrows as the model grows.", "'narrows' with no claim"),
+    ("The gap narrows as the model grows. <!-- claim: gap-narrows -->", None),
+    ("The gap narrows <!-- claim: gap-narrows -->, and torch is faster.", "'faster' with no claim"),
+    ("On a GPU the gap is wider. <!-- claim: gap-wider -->", "does not hold"),
+    ("The gap narrows. <!-- claim: gap-shrinks -->", "unknown claim 'gap-shrinks'"),
+    ("- The gap narrows. <!-- claim: gap-narrows -->\n- Linen is faster.", "'faster' with no claim"),
+    ("<!-- BEGIN analyze.py x -->\nLinen is faster.\n<!-- END analyze.py x -->", None),
+    ("Ratios above 1: A takes longer; within each repeat, in a shuffled order.", None),
+])
+def test_a_comparative_word_needs_a_claim_that_holds_and_licenses_it(text, wrong):
+    problems = docs.unclaimed(text, CLAIMED)
+    assert (wrong is None and not problems) or (wrong and any(wrong in p for p in problems)), problems
 
 
 def test_every_test_file_is_in_the_proof_table():
