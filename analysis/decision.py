@@ -39,7 +39,7 @@ def most_agents(runs) -> list:
 
 
 REGIMES = [
-    Regime("JAX env, small model", "the env is JAX code (Gymnax: classic control, MinAtar, bsuite), 64-wide MLP",
+    Regime("JAX env, small model", "the env is JAX code (Gymnax), 64-wide MLP",
            "headline, exp1", lambda r: r.model == "small"),
     Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", lambda r: r.model == "medium"),
     Regime("CPU env, Gymnasium's loop", "a Python env stepped by Gymnasium's SyncVectorEnv, small model", "cpuenv",

@@ -95,6 +95,7 @@ def unclaimed(text: str, claims: dict) -> list[str]:
     each claim a unit names that is unknown or does not hold."""
     problems = []
     for unit in units(text):
+        unit = re.sub(r"`[^`]*`", "", unit)  # code is not prose, nor a claim marker written as code
         named = [n.strip() for m in CLAIM.findall(unit) for n in m.split(",") if n.strip()]
         for n in named:
             if n not in claims:

@@ -94,21 +94,22 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
 
 
 def size_claims(runs, out, small="small", medium="medium"):
-    """What the docs say of the ratios from the small to the medium model, decided from the model-size table."""
-    row = lambda a, value, m, b=REFERENCE: one_ratio(runs, a, b, value, m)
-    said = lambda a, value, b=REFERENCE: f"{a} / {b}: {small} {ratio_cell(row(a, value, small, b))}, " \
-                                         f"{medium} {ratio_cell(row(a, value, medium, b))}"
-    out.claim("eager-steady-gap-smaller-at-medium", below(row("torch", STEADY, medium), row("torch", STEADY, small)),
-              ("smaller",), said("torch", STEADY) + ", steady")
-    out.claim("compiled-steady-gap-not-smaller-at-medium",
-              not_below(row("torch_compile", STEADY, medium), row("torch_compile", STEADY, small)), ("smaller",),
-              said("torch_compile", STEADY) + ", steady")
-    out.claim("whole-run-gaps-not-smaller-at-medium",
-              all(not_below(row(v, total_time, medium), row(v, total_time, small)) for v in ("torch", "torch_compile")),
-              ("smaller",), said("torch", total_time) + "; " + said("torch_compile", total_time) + ", whole runs")
-    out.claim("compile-gain-shrinks-at-medium",
-              below(row("torch_compile", STEADY, small, "torch"), row("torch_compile", STEADY, medium, "torch")),
-              ("shrink",), said("torch_compile", STEADY, "torch") + ", steady")
+    """How each PyTorch ratio moves from the small to the medium model, decided from the model-size
+    table: smaller, larger, or level (the ranges, or intervals, overlap). Exactly one of the three
+    holds where both sizes ran."""
+    row = lambda a, value, m, b: one_ratio(runs, a, b, value, m)
+    for a, b, value, what in (("torch", REFERENCE, STEADY, "eager-steady-ratio"),
+                              ("torch_compile", REFERENCE, STEADY, "compiled-steady-ratio"),
+                              ("torch", REFERENCE, total_time, "eager-whole-run-ratio"),
+                              ("torch_compile", REFERENCE, total_time, "compiled-whole-run-ratio"),
+                              ("torch_compile", "torch", STEADY, "compile-gain")):
+        at_small, at_medium = row(a, value, small, b), row(a, value, medium, b)
+        said = (f"{a} / {b}, {'steady' if value is STEADY else 'whole runs'}: {small} {ratio_cell(at_small)}, "
+                f"{medium} {ratio_cell(at_medium)}")
+        out.claim(f"{what}-smaller-at-{medium}", below(at_medium, at_small), ("smaller",), said)
+        out.claim(f"{what}-larger-at-{medium}", below(at_small, at_medium), ("larger",), said)
+        out.claim(f"{what}-level-across-sizes", not_below(at_medium, at_small) and not_below(at_small, at_medium),
+                  ("level",), said)
 
 
 def plot_headline(exp1, models, variants, out):

@@ -118,8 +118,9 @@ class Output:
     def claims_table(self):
         """Every claim, with its verdict: the block that tests/test_docs.py holds the prose to."""
         if self.claims:
-            self.heading("The comparisons the prose makes")
-            self.table("The comparisons the prose makes, and whether the runs bear each out",
+            self.heading("The comparisons the prose may make")
+            self.table("Each comparison analyze.py decides, and whether the runs bear it out (the prose may make "
+                       "only those that hold)",
                        ["claim", "words", "holds", "because"],
                        [[f"`{n}`", ", ".join(w), "yes" if h else "no", e.replace("|", "\\|")] for n, (h, w, e) in sorted(self.claims.items())],
                        block="claims", note="A claim with a trend holds only when every step of it holds beyond its "

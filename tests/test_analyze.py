@@ -737,11 +737,12 @@ def test_a_trend_claim_holds_only_beyond_the_ranges(tmp_path, medium_factors, ho
     loaded, _ = runs.find_runs([str(runs_dir)])
     out = Output(tmp_path)
     headline.size_claims(loaded, out)
-    verdict, words, because = out.claims["eager-steady-gap-smaller-at-medium"]
-    assert verdict is holds and words == ("smaller",) and "torch / linen: small 3.02x" in because
-    assert out.claims["compiled-steady-gap-not-smaller-at-medium"][0] is not holds
+    verdict, words, because = out.claims["eager-steady-ratio-smaller-at-medium"]
+    assert verdict is holds and words == ("smaller",) and "torch / linen, steady: small 3.02x" in because
+    assert out.claims["eager-steady-ratio-level-across-sizes"][0] is not holds
+    assert not out.claims["eager-steady-ratio-larger-at-medium"][0]
     out.claims_table()
     claims = docs.claims_of("<!-- BEGIN analyze.py claims -->\n" + out.blocks["claims"] + "<!-- END analyze.py claims -->")
-    assert claims["eager-steady-gap-smaller-at-medium"] == (holds, ("smaller",))
-    said = "The eager gap is smaller at the medium model <!-- claim: eager-steady-gap-smaller-at-medium -->."
+    assert claims["eager-steady-ratio-smaller-at-medium"] == (holds, ("smaller",))
+    said = "The eager ratio is smaller at the medium model <!-- claim: eager-steady-ratio-smaller-at-medium -->."
     assert bool(docs.unclaimed(said, claims)) is not holds
