@@ -104,6 +104,6 @@ def unclaimed(text: str, claims: dict) -> list[str]:
                 problems.append(f"claim {n!r} does not hold (the claims block) in: {unit[:80]!r}")
         words = [w for n in named if n in claims for w in claims[n][1]]
         for hit in COMPARATIVE.findall(CLAIM.sub("", unit)):
-            if not any(hit.lower().startswith(w.lower()) for w in words):
+            if not any(w.lower() in hit.lower() for w in words):
                 problems.append(f"{hit!r} with no claim behind it in: {unit[:80]!r}")
     return problems

@@ -102,7 +102,7 @@ def size_claims(runs, out, small="small", medium="medium"):
                               ("torch_compile", REFERENCE, STEADY, "compiled-steady-ratio"),
                               ("torch", REFERENCE, total_time, "eager-whole-run-ratio"),
                               ("torch_compile", REFERENCE, total_time, "compiled-whole-run-ratio"),
-                              ("torch_compile", "torch", STEADY, "compile-gain")):
+                              ("torch_compile", "torch", STEADY, "compiled-over-eager-steady-ratio")):
         at_small, at_medium = row(a, value, small, b), row(a, value, medium, b)
         said = (f"{a} / {b}, {'steady' if value is STEADY else 'whole runs'}: {small} {ratio_cell(at_small)}, "
                 f"{medium} {ratio_cell(at_medium)}")
