@@ -11,6 +11,8 @@ from .stats import first_iteration, median_range, peak_rss, repeat_of, sessions_
 
 # each batched variant, and the single-agent script it batches (the same framework, one agent per process)
 FAMILIES = {"linen_agents": "linen", "nnx_agents": "nnx", "torch_agents": "torch", "torch_agents_compile": "torch_compile"}
+AGENT_NAMES = {"linen_agents": "Linen (jax.vmap)", "nnx_agents": "NNX (nnx.vmap)", "torch_agents": "PyTorch (torch.func)",
+               "torch_agents_compile": "PyTorch (torch.func; policy step, GAE, gradients compiled)"}
 REFERENCE = "linen_agents"
 ONE_PER_PROCESS = "one per process"  # the N of the single-agent runs in tables
 
@@ -109,8 +111,7 @@ def agents_section(runs, out):
             for env, n in sorted(groups, key=order)]
     out.table("Seconds per iteration per agent: median over repeats (range, n repeats); "
               f"N = {ONE_PER_PROCESS}: the single-agent scripts (linen, nnx, torch, torch_compile)",
-              ["env", "agents N", "Linen (jax.vmap)", "NNX (nnx.vmap)", "PyTorch (torch.func)",
-               "PyTorch (torch.func; policy step, GAE, gradients compiled)"], rows, block="agents-times")
+              ["env", "agents N", *(AGENT_NAMES[v] for v in FAMILIES)], rows, block="agents-times")
     points = by_point(runs, PER_AGENT)
     cells = {f"{v} / {REFERENCE}": ratios(points, v, REFERENCE) for v in ("nnx_agents", "torch_agents",
                                                                           "torch_agents_compile")}
@@ -136,15 +137,41 @@ def agents_section(runs, out):
               "(seconds), and the process's peak memory (MB); medians over repeats",
               ["env", "agents N", "variant", "iteration 0", "rollout per agent", "update per agent",
                "peak RSS (MB)"], rows, block="agents-costs")
+    agents_claims(points, out)
+
+
+def agents_claims(points, out):
+    """What results.md says of these tables, decided from the same runs, on every env: whether a family's
+    time per agent falls at every step of N beyond the ranges over repeats; whether N agents in one
+    process cost less per agent than one agent per process at the largest N (the whole range above 1);
+    and whether one agent batched (N = 1) costs more than the single-agent script (the whole range below 1)."""
+    groups = grouped(points)
+    envs = sorted({env for env, _ in groups})
+    counts = {env: sorted(n for e, n in groups if e == env and n != ONE_PER_PROCESS) for env in envs}
+    for v in FAMILIES:
+        series = {env: [groups[(env, n)].get(v, []) for n in counts[env]] for env in envs}
+        out.claim(f"{v}-time-per-agent-falls-with-n", envs and all(
+            len(xs) > 1 and all(len(x) for x in xs) and all(max(b) < min(a) for a, b in zip(xs, xs[1:]))
+            for xs in series.values()), ("falls",), "; ".join(
+            f"{env}, s per agent: " + ", ".join(f"N={n} {median_range(x)}" for n, x in zip(counts[env], xs) if len(x))
+            for env, xs in series.items()))
+        last = {env: ratios(points, v, v, baseline=True).get((env, counts[env][-1]), []) if counts[env] else []
+                for env in envs}
+        out.claim(f"{v}-cheaper-than-one-per-process", envs and all(len(x) and min(x) > 1 for x in last.values()),
+                  ("cheaper",), "; ".join(f"{env}, {FAMILIES[v]} (one per process) / {v} at N={counts[env][-1]}: "
+                                          f"{median_range(x, ratio=True)}" for env, x in last.items() if len(x)))
+        one = {env: ratios(points, v, v, baseline=True).get((env, 1), []) for env in envs}
+        out.claim(f"{v}-one-agent-slower-than-the-plain-script", envs and all(len(x) and max(x) < 1 for x in one.values()),
+                  ("slower",), "; ".join(f"{env}, {FAMILIES[v]} (one per process) / {v} at N=1: "
+                                          f"{median_range(x, ratio=True)}" for env, x in one.items() if len(x)))
 
 
 def headline_rows(runs) -> list[list[str]]:
     """README's many-agents lines: CartPole-v1 at the largest N run in at least three repeats."""
     points = by_point(runs, PER_AGENT)
     rows = []
-    for a, b, what in (("torch_agents", REFERENCE, "PyTorch (torch.func) / Linen (jax.vmap)"),
-                       ("torch_agents_compile", REFERENCE,
-                        "PyTorch (torch.func; policy step, GAE, gradients compiled) / Linen (jax.vmap)")):
+    for a in ("torch_agents", "torch_agents_compile"):
+        b, what = REFERENCE, f"{AGENT_NAMES[a]} / {AGENT_NAMES[REFERENCE]}"
         found = {n: r for (env, n), r in ratios(points, a, b).items() if env == "CartPole-v1" and len(r) >= 3}
         if found:
             n = max(found)

@@ -5,7 +5,7 @@ its interval or range and the runs behind it; and the one sentence README opens 
 from dataclasses import dataclass
 from typing import Callable
 
-from .agents import PER_AGENT, num_agents
+from .agents import AGENT_NAMES, PER_AGENT, num_agents
 from .cpuenv import defaults_only
 from .expensive import ITERATION
 from .gpu import precision
@@ -107,7 +107,7 @@ def undecided(runs, value) -> str:
 def label(variant: str) -> str:
     """The framework as a reader knows it (the regime says how the env is stepped): linen_gymnasium-envpool is Linen."""
     base = variant.replace("_gymnasium", "").split("-")[0]
-    return NAMES.get(variant, NAMES.get(base, variant))
+    return AGENT_NAMES.get(variant) or NAMES.get(variant, NAMES.get(base, variant))
 
 
 def answer(rows: list[dict]) -> str:

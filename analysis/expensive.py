@@ -8,7 +8,7 @@ rollout's share of an iteration says why."""
 import numpy as np
 
 from .output import color
-from .stats import first_iteration, median_of, median_range, pair_ratios, sessions_note, steady
+from .stats import below, first_iteration, median_of, median_range, not_below, pair_ratios, ratio_row, sessions_note, steady
 
 REFERENCE = "linen"
 OTHERS = ("nnx", "nnx_cached", "equinox", "torch", "torch_compile")
@@ -59,17 +59,18 @@ def plot_expensive(runs, times, out):
     fig.tight_layout()
     out.chart(fig, "expensive.png", "Left: each framework's iteration time over Linen's, one point per env, "
               "cheapest env left, the two Craftax envs marked; right: how much of an iteration the rollout "
-              "takes. Where the env's step dominates the rollout and the rollout dominates the iteration, "
-              "every framework's ratio falls toward 1.")
+              "takes (were the env's step all of the rollout and the rollout all of the iteration, every ratio "
+              "would be 1).")
 
 
 def expensive_section(runs, times, out):
     out.heading("Expensive environments (Craftax)",
-                "Craftax-Classic-Symbolic-v1 and Craftax-Symbolic-v1 beside three cheap envs, run in one session "
+                "Craftax-Classic-Symbolic-v1 and Craftax-Symbolic-v1 beside cheap envs as a yardstick, in one session "
                 "(bench.sh expensive: the scripts' batch of 32 envs x 256 steps, synced, each repeat's runs in a "
                 "shuffled order). Steady state: iterations 8..end.", sessions_note(runs))
     plot_expensive(runs, times, out)
-    keys = sorted({(r.env_id, r.model) for r in runs}, key=lambda k: (times[k[0]], k[1] != "small"))
+    timed = [r for r in runs if ITERATION(r) is not None] or runs  # an env run only too short for a steady state: no row
+    keys = sorted({(r.env_id, r.model) for r in timed}, key=lambda k: (times[k[0]], k[1] != "small"))
     ratios = {v: pair_ratios(runs, v, REFERENCE, ITERATION) for v in OTHERS}
     rows = []
     for env, model in keys:
@@ -95,6 +96,30 @@ def expensive_section(runs, times, out):
               "rollout and update (seconds) and the rollout's share; medians over repeats",
               ["env", "model", "variant", "runs", "iteration 0", "iteration", "rollout", "update", "rollout share"],
               rows, block="expensive-costs")
+    expensive_claims(runs, out)
+
+
+def expensive_claims(runs, out):
+    """What results.md says of these tables, decided from the same runs: each ratio's range over
+    repeats on each Craftax env against its range on each cheap env with a steady state, and against 1."""
+    for v in OTHERS:
+        found = {env: x for (env, model), x in pair_ratios(runs, v, REFERENCE, ITERATION).items() if model == "small"}
+        if not found:
+            continue
+        rows = {env: ratio_row([x]) for env, x in found.items()}
+        craftax = [env for env in rows if env.startswith("Craftax")]
+        cheap = [env for env in rows if env not in craftax]
+        evidence = f"{v} / {REFERENCE}, small: " + ", ".join(f"{env} {median_range(x, ratio=True)}" for env, x in found.items())
+        if v.startswith("torch"):
+            out.claim(f"{v}-gap-smaller-on-craftax", craftax and cheap and all(
+                below(rows[c], rows[e]) for c in craftax for e in cheap), ("smaller",), evidence)
+            out.claim(f"{v}-still-slower-on-craftax", craftax and all(below(1, rows[c]) for c in craftax),
+                      ("slower",), evidence)
+            out.claim(f"{v}-gap-not-smaller-on-craftax", craftax and cheap and all(
+                not_below(rows[c], rows[e]) for c in craftax for e in cheap), ("smaller",), evidence)
+        else:
+            out.claim(f"{v}-level-with-linen-on-craftax", craftax and all(
+                not_below(rows[c], 1) and not_below(1, rows[c]) for c in craftax), ("level",), evidence)
 
 
 def headline_rows(runs) -> list[list[str]]:
