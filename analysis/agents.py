@@ -140,19 +140,29 @@ def agents_section(runs, out):
     agents_claims(points, out)
 
 
+def falls_then_levels(series) -> bool:
+    """Each step of N falls beyond the ranges over repeats (the next one's max below this one's min) until
+    a step that is level (the ranges overlap), and every step after it is level too; at least one falls."""
+    steps = ["falls" if max(b) < min(a) else "level" if max(b) >= min(a) and max(a) >= min(b) else "rises"
+             for a, b in zip(series, series[1:])]
+    k = steps.index("level") if "level" in steps else len(steps)
+    return k > 0 and all(s == "falls" for s in steps[:k]) and all(s == "level" for s in steps[k:])
+
+
 def agents_claims(points, out):
     """What results.md says of these tables, decided from the same runs, on every env: whether a family's
-    time per agent falls at every step of N beyond the ranges over repeats; whether N agents in one
-    process cost less per agent than one agent per process at the largest N (the whole range above 1);
-    and whether one agent batched (N = 1) costs more than the single-agent script (the whole range below 1)."""
+    time per agent falls with N, step by step beyond the ranges over repeats, and then levels off; whether
+    N agents in one process cost less per agent than one agent per process at the largest N (the whole
+    range above 1); and whether one agent batched (N = 1) costs more than the single-agent script (the
+    whole range below 1)."""
     groups = grouped(points)
     envs = sorted({env for env, _ in groups})
     counts = {env: sorted(n for e, n in groups if e == env and n != ONE_PER_PROCESS) for env in envs}
     for v in FAMILIES:
         series = {env: [groups[(env, n)].get(v, []) for n in counts[env]] for env in envs}
-        out.claim(f"{v}-time-per-agent-falls-with-n", envs and all(
-            len(xs) > 1 and all(len(x) for x in xs) and all(max(b) < min(a) for a, b in zip(xs, xs[1:]))
-            for xs in series.values()), ("falls",), "; ".join(
+        out.claim(f"{v}-time-per-agent-falls-then-levels-off", envs and all(
+            len(xs) > 1 and all(len(x) for x in xs) and falls_then_levels(xs) for xs in series.values()),
+            ("falls", "levels off"), "; ".join(
             f"{env}, s per agent: " + ", ".join(f"N={n} {median_range(x)}" for n, x in zip(counts[env], xs) if len(x))
             for env, xs in series.items()))
         last = {env: ratios(points, v, v, baseline=True).get((env, counts[env][-1]), []) if counts[env] else []
