@@ -78,7 +78,7 @@ def decide(runs, value) -> dict | None:
     if not per_env or max(len(r) for r in per_env) < MIN_REPEATS and len(per_env) < MIN_REPEATS:
         return None
     return {"winner": winner, "loser": loser, "row": ratio_row(per_env), "devices": {r.info.get("device") for r in runs},
-            "runs": sum(r.variant in (winner, loser) for r in runs)}
+            "runs": sum(r.variant in (winner, loser) and value(r) is not None for r in runs)}
 
 
 def decision_rows(by_experiment: dict) -> list[dict]:
