@@ -106,13 +106,13 @@ def agents_section(runs, out):
                 "Small model, the scripts' batch (32 envs x 256 steps, 10 epochs x 8 minibatches), synced; each "
                 "repeat's runs in a shuffled order; ratios pair the runs of one repeat.", sessions_note(runs))
     plot_agents(runs, out)
-    groups = grouped(by_point(runs, PER_AGENT))
+    points = by_point(runs, PER_AGENT)
+    groups = grouped(points)
     rows = [[env, n, *(median_range(groups[(env, n)][v]) if groups[(env, n)].get(v) else "not run" for v in FAMILIES)]
             for env, n in sorted(groups, key=order)]
     out.table("Seconds per iteration per agent: median over repeats (range, n repeats); "
               f"N = {ONE_PER_PROCESS}: the single-agent scripts (linen, nnx, torch, torch_compile)",
               ["env", "agents N", *(AGENT_NAMES[v] for v in FAMILIES)], rows, block="agents-times")
-    points = by_point(runs, PER_AGENT)
     cells = {f"{v} / {REFERENCE}": ratios(points, v, REFERENCE) for v in ("nnx_agents", "torch_agents",
                                                                           "torch_agents_compile")}
     cells |= {f"{FAMILIES[v]} (one per process) / {v}": ratios(points, v, v, baseline=True)
@@ -124,7 +124,7 @@ def agents_section(runs, out):
               "batched agents at the same N; right: one agent per process against N in one (above 1: batching "
               "is cheaper per agent)", ["env", "agents N", *cells], rows, block="agents-ratios")
     rows = []
-    for env, n in sorted(grouped(points), key=order):
+    for env, n in sorted(groups, key=order):
         for v in FAMILIES:
             sel = [r for r in runs if r.env_id == env and
                    ((r.variant == v and num_agents(r) == n) or (n == ONE_PER_PROCESS and r.variant == FAMILIES[v]))]
@@ -137,7 +137,7 @@ def agents_section(runs, out):
               "(seconds), and the process's peak memory (MB); medians over repeats",
               ["env", "agents N", "variant", "iteration 0", "rollout per agent", "update per agent",
                "peak RSS (MB)"], rows, block="agents-costs")
-    agents_claims(points, out)
+    agents_claims(points, groups, out)
 
 
 def falls_then_levels(series) -> bool:
@@ -149,13 +149,12 @@ def falls_then_levels(series) -> bool:
     return k > 0 and all(s == "falls" for s in steps[:k]) and all(s == "level" for s in steps[k:])
 
 
-def agents_claims(points, out):
+def agents_claims(points, groups, out):
     """What results.md says of these tables, decided from the same runs, on every env: whether a family's
     time per agent falls with N, step by step beyond the ranges over repeats, and then levels off; whether
     N agents in one process cost less per agent than one agent per process at the largest N (the whole
     range above 1); and whether one agent batched (N = 1) costs more than the single-agent script (the
     whole range below 1)."""
-    groups = grouped(points)
     envs = sorted({env for env, _ in groups})
     counts = {env: sorted(n for e, n in groups if e == env and n != ONE_PER_PROCESS) for env in envs}
     for v in FAMILIES:
@@ -165,12 +164,12 @@ def agents_claims(points, out):
             ("falls", "levels off"), "; ".join(
             f"{env}, s per agent: " + ", ".join(f"N={n} {median_range(x)}" for n, x in zip(counts[env], xs) if len(x))
             for env, xs in series.items()))
-        last = {env: ratios(points, v, v, baseline=True).get((env, counts[env][-1]), []) if counts[env] else []
-                for env in envs}
+        alone = ratios(points, v, v, baseline=True)  # one agent per process / N in one
+        last = {env: alone.get((env, counts[env][-1]), []) if counts[env] else [] for env in envs}
         out.claim(f"{v}-cheaper-than-one-per-process", envs and all(len(x) and min(x) > 1 for x in last.values()),
                   ("cheaper",), "; ".join(f"{env}, {FAMILIES[v]} (one per process) / {v} at N={counts[env][-1]}: "
                                           f"{median_range(x, ratio=True)}" for env, x in last.items() if len(x)))
-        one = {env: ratios(points, v, v, baseline=True).get((env, 1), []) for env in envs}
+        one = {env: alone.get((env, 1), []) for env in envs}
         out.claim(f"{v}-one-agent-slower-than-the-plain-script", envs and all(len(x) and max(x) < 1 for x in one.values()),
                   ("slower",), "; ".join(f"{env}, {FAMILIES[v]} (one per process) / {v} at N=1: "
                                           f"{median_range(x, ratio=True)}" for env, x in one.items() if len(x)))

@@ -96,14 +96,14 @@ def expensive_section(runs, times, out):
               "rollout and update (seconds) and the rollout's share; medians over repeats",
               ["env", "model", "variant", "runs", "iteration 0", "iteration", "rollout", "update", "rollout share"],
               rows, block="expensive-costs")
-    expensive_claims(runs, out)
+    expensive_claims(ratios, out)
 
 
-def expensive_claims(runs, out):
-    """What results.md says of these tables, decided from the same runs: each ratio's range over
+def expensive_claims(ratios, out):
+    """What results.md says of these tables, decided from the same ratios: each one's range over
     repeats on each Craftax env against its range on each cheap env with a steady state, and against 1."""
     for v in OTHERS:
-        found = {env: x for (env, model), x in pair_ratios(runs, v, REFERENCE, ITERATION).items() if model == "small"}
+        found = {env: x for (env, model), x in ratios[v].items() if model == "small"}
         if not found:
             continue
         rows = {env: ratio_row([x]) for env, x in found.items()}
