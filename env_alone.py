@@ -7,9 +7,14 @@ the CPU twins and MuJoCo), num_steps steps of num_envs envs per iteration, each 
 logged as time/rollout, iteration 0 (compilation, warm-up) left out by the analysis. Random actions:
 uniform over a Discrete space, uniform in a Box's bounds. --backend mjx steps HalfCheetah-v5's model
 (Gymnasium's XML) in MuJoCo's JAX port, MJX, which no PPO script uses: what physics in JAX costs here.
+The PyTorch side, with ppo_torch.py's helpers: --backend torch steps its env in torch (--torch-env) call
+by call, torch-compile the same step compiled (fullgraph; CUDA graphs on a GPU), and gymnax-dlpack the
+Gymnax env as ppo_torch.py steps it without --torch-env: a jitted JAX call per step, each torch action
+handed to JAX and each observation back through DLPack.
 
     python env_alone.py --backend vector --env-id CartPole-v1 --num-envs 512
     python env_alone.py --backend mjx --env-id HalfCheetah-v5
+    python env_alone.py --backend torch-compile --env-id Acrobot-v1 --num-envs 4096
 """
 
 import time
@@ -21,6 +26,7 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -35,8 +41,8 @@ ROOT = Path(__file__).resolve().parent
 class Args:
     env_id: str = "CartPole-v1"
     """Gymnax environment id (its CPU twin for the Gymnasium backends)"""
-    backend: Literal["gymnax", "sync", "async", "vector", "envpool", "mjx"] = "sync"
-    """gymnax: vmapped Gymnax in one jitted lax.scan per rollout; sync, async, vector, envpool: the CPU twin, stepped as --vectorization steps it; mjx: HalfCheetah-v5 in MJX, vmapped, one jitted lax.scan"""
+    backend: Literal["gymnax", "sync", "async", "vector", "envpool", "mjx", "torch", "torch-compile", "gymnax-dlpack"] = "sync"
+    """gymnax: vmapped Gymnax in one jitted lax.scan per rollout; sync, async, vector, envpool: the CPU twin, stepped as --vectorization steps it; mjx: HalfCheetah-v5 in MJX, vmapped, one jitted lax.scan; torch, torch-compile: the env in torch, a call per step, eager or compiled; gymnax-dlpack: a jitted Gymnax call per step, actions and observations through DLPack"""
     num_envs: int = 32
     """parallel environments"""
     num_steps: int = 128
@@ -132,7 +138,82 @@ def mjx_rollouts(m, args: Args):
         yield time.perf_counter() - start
 
 
-ROLLOUTS = {"gymnax": gymnax_rollouts, "mjx": mjx_rollouts}  # the others: cpu_rollouts
+def torch_actions(space, args: Args, device):
+    """A rollout's uniform random actions as torch tensors, (num_steps, num_envs, ...), drawn up front."""
+    import torch
+
+    if hasattr(space, "n"):
+        return torch.randint(0, space.n, (args.num_steps, args.num_envs), dtype=torch.int32, device=device)
+    low, high = float(space.low), float(space.high)
+    return low + (high - low) * torch.rand(args.num_steps, args.num_envs, *space.shape, device=device)
+
+
+def torch_rollouts(m, args: Args):
+    """Rollout times: ppo_torch.py's torch_env_step (--torch-env), one call per step; torch-compile
+    compiles it as ppo_torch_compile.py compiles it (fullgraph; on CUDA, CUDA graphs, whose outputs
+    are copied before the next replay)."""
+    import jax
+    import torch
+
+    device = m.torch_device()
+    env, env_params = m.make_torch_env(args.env_id, device)
+    torch.manual_seed(args.seed)
+    _, state = m.torch_env_reset(env, args.num_envs)
+    step = partial(m.torch_env_step, env=env, env_params=env_params)
+    keep = lambda outputs: outputs
+    if args.backend == "torch-compile":
+        step = torch.compile(step, mode="reduce-overhead" if device.type == "cuda" else "default", fullgraph=True)
+        if device.type == "cuda":
+            keep = partial(jax.tree.map, torch.clone)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    while True:
+        actions = torch_actions(env.action_space(env_params), args, device)
+        start = time.perf_counter()
+        for action in actions:
+            torch.compiler.cudagraph_mark_step_begin()
+            state, out = keep(step(state, action))
+        sync()
+        yield time.perf_counter() - start
+
+
+def dlpack_rollouts(m, args: Args):
+    """Rollout times: the Gymnax env as ppo_torch.py steps it: its jitted env_step per step, each torch
+    action handed to JAX (m.to_jax), each observation back through DLPack, the steps stacked at the end."""
+    import jax
+    import torch
+
+    env, env_params = m.make_env(args.env_id)
+    step = jax.jit(partial(m.env_step, env=env, env_params=env_params, num_envs=args.num_envs), donate_argnums=0)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)  # as ppo_torch.py runs it
+    _, state = m.env_reset(jax.random.key(args.seed), env, env_params, args.num_envs)
+    device = m.torch_device()
+    torch.manual_seed(args.seed)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    while True:
+        actions = torch_actions(env.action_space(env_params), args, device)
+        start = time.perf_counter()
+        steps = []
+        for action in actions:
+            state, out = step(state, m.to_jax(action))
+            steps.append(out)
+            torch.from_dlpack(out.obs)  # what the policy would read next
+        m.stack_steps(steps)
+        sync()
+        yield time.perf_counter() - start
+
+
+ROLLOUTS = {"gymnax": gymnax_rollouts, "mjx": mjx_rollouts, "torch": torch_rollouts, "torch-compile": torch_rollouts,
+            "gymnax-dlpack": dlpack_rollouts}  # the others: cpu_rollouts
+TORCH = ("torch", "torch-compile", "gymnax-dlpack")  # with ppo_torch.py's helpers
+
+
+def device_name(m, args: Args) -> str:
+    """Where the env stepped, in the scripts' words: the GPU's name, or cpu."""
+    if args.backend in TORCH and m.torch_device().type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return "cpu"
 
 
 def main():
@@ -141,14 +222,15 @@ def main():
         if getattr(args, name) < 1:
             print(f"error: {name} must be a positive integer, got {getattr(args, name)}", file=sys.stderr)
             sys.exit(2)
-    m = script("ppo_linen.py" if args.backend in ROLLOUTS else "ppo_torch_gymnasium.py")
+    m = script("ppo_torch.py" if args.backend in TORCH else "ppo_linen.py" if args.backend in ROLLOUTS
+               else "ppo_torch_gymnasium.py")
     rollouts = ROLLOUTS.get(args.backend, cpu_rollouts)(m, args)
     times = [next(rollouts)]  # an env the backend does not offer exits 2 here, before anything is written
     variant = f"env-{args.backend}"
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__none__s{args.seed}__{int(time.time() * 1000)}")
     os.makedirs(run_dir)
     info = {"args": {**asdict(args), "sync_timing": True, "model": "none"}, "variant": variant,
-            "device": "cpu", **m.machine(), "start_time": START_TIME}  # the machine, versions included
+            "device": device_name(m, args), **m.machine(), "start_time": START_TIME}  # the machine, versions included
     Path(run_dir, "run.json").write_text(json.dumps(info, indent=2))
     times += [next(rollouts) for _ in range(args.num_iterations - 1)]
     writer = Writer(run_dir)

@@ -478,8 +478,9 @@ class Torch(Adapter):
 
         obs, env_state = jitted_reset(self.m, env, env_params, self.args)(env_key)
         runner = self.m.Runner(env_state, self.torch.from_dlpack(obs))
-        env_step_fn = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs,
-                                      gamma=self.args.gamma))
+        jax_step = jax.jit(partial(self.m.env_step, env=env, env_params=env_params, num_envs=self.args.num_envs,
+                                   gamma=self.args.gamma))
+        env_step_fn = lambda state, action: jax_step(state, self.m.to_jax(action))  # as train() hands it over
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
         results = []
         for _ in range(calls):
@@ -518,11 +519,11 @@ class TorchGymnasium(Torch):
 
 
 @functools.cache
-def compiled_torch_module(scope: str):
-    """A private copy of ppo_torch_compile.py with its hot paths compiled as the script compiles
-    them on a CPU at that --compile-scope, made once per test session and scope: the shared
+def compiled_torch_module(script: str, scope: str):
+    """A private copy of a torch_compile script with its hot paths compiled as the script compiles
+    them on a CPU at that --compile-scope, made once per test session, script and scope: the shared
     module keeps its eager functions."""
-    m = load("ppo_torch_compile.py", fresh=True)
+    m = load(script, fresh=True)
     m.compile_hot_paths("default", scope)
     return m
 
@@ -537,7 +538,7 @@ class TorchCompile(Torch):
 
     @classmethod
     def module(cls, script):
-        return compiled_torch_module(cls.SCOPE)
+        return compiled_torch_module(script, cls.SCOPE)
 
 
 class TorchCompileAll(TorchCompile):
@@ -545,6 +546,14 @@ class TorchCompileAll(TorchCompile):
     and the whole minibatch step with the multi-tensor, capturable Adam."""
 
     SCOPE = "update+policy"
+
+
+class TorchCompileGymnasium(TorchCompile, TorchGymnasium):
+    """The CPU-env script compiled: TorchCompile's compiled module, TorchGymnasium's rollout."""
+
+
+class TorchCompileAllGymnasium(TorchCompileAll, TorchGymnasium):
+    """The CPU-env script with everything compiled (its default scope on every device)."""
 
 
 class Agents:
@@ -643,8 +652,9 @@ class TorchAgentsCompile(TorchAgents):
 def adapter_for(script: str, compiled: bool = False) -> type[Adapter]:
     """The adapter of a script (compiled: the agent script's --compile, torch_compile's everything)."""
     if compiled:
-        return {"ppo_torch_agents.py": TorchAgentsCompile, "ppo_torch_compile.py": TorchCompileAll}[script]
+        return {"ppo_torch_agents.py": TorchAgentsCompile, "ppo_torch_compile.py": TorchCompileAll,
+                "ppo_torch_compile_gymnasium.py": TorchCompileAllGymnasium}[script]
     return {"linen": Linen, "nnx": NNX, "nnx_cached": NNX, "equinox": Equinox, "torch": Torch,
             "torch_compile": TorchCompile, "linen_gymnasium": LinenGymnasium,
-            "torch_gymnasium": TorchGymnasium, "linen_agents": LinenAgents, "nnx_agents": NNXAgents,
-            "torch_agents": TorchAgents}[script[4:-3]]
+            "torch_gymnasium": TorchGymnasium, "torch_compile_gymnasium": TorchCompileGymnasium,
+            "linen_agents": LinenAgents, "nnx_agents": NNXAgents, "torch_agents": TorchAgents}[script[4:-3]]

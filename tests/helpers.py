@@ -2,10 +2,13 @@
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the analysis package, as analyze.py imports it
@@ -117,7 +120,8 @@ def train_in_process(script: str, log_dir, watch=None, load_model=None, **change
 
     m = load(script, fresh=True)
     args = m.Args(**{**TINY_ARGS, **changes}, log_dir=str(log_dir))
-    env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
+    env = ((m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else
+           m.make_torch_env(args.env_id, m.torch_device()) if getattr(args, "torch_env", False) else m.make_env(args.env_id))
     args = m.with_defaults(args, m.continuous(*env))
     saved = None
     if load_model:  # as main() reads it (Equinox's reader takes the env: its shapes make the model)
@@ -126,3 +130,28 @@ def train_in_process(script: str, log_dir, watch=None, load_model=None, **change
     m.train(args, *env, (watch(m) if watch else m.RunLog)(writer, args, "in-process"), saved)
     writer.close()
     return m
+
+
+# where the twin tests draw start states: boxes of the state's entries (Gymnax's EnvState names; a
+# Gymnasium or torch state vector holds them in this order), wide enough that many steps end the
+# episode (pole down, cart out, goal reached)
+STATE_BOXES = {
+    "CartPole-v1": [{"x": 2.4, "x_dot": 2.0, "theta": 0.21, "theta_dot": 2.0}],
+    "Acrobot-v1": [{"joint_angle1": math.pi, "joint_angle2": math.pi, "velocity_1": 4 * math.pi, "velocity_2": 9 * math.pi}],
+    "MountainCar-v0": [{"position": (-1.2, 0.5), "velocity": 0.07},  # and at the goal, slow or not
+                       {"position": (0.4, 0.5), "velocity": 0.07}, {"position": (0.48, 0.5), "velocity": 0.02}],
+    "Pendulum-v1": [{"theta": math.pi, "theta_dot": 8.0}],  # never terminates: only the transition is compared
+    "MountainCarContinuous-v0": [{"position": (-1.2, 0.6), "velocity": 0.07}, {"position": (0.4, 0.6), "velocity": 0.07}],
+}
+
+
+def random_state(rng, gymnax_env, params, boxes, t):
+    """A state from the t-th box (in turn) that has not already ended its episode."""
+    import jax
+
+    while True:
+        box = boxes[t % len(boxes)]
+        fields = {f: np.float32(rng.uniform(*(r if isinstance(r, tuple) else (-r, r)))) for f, r in box.items()}
+        state = gymnax_env.reset_env(jax.random.key(t), params)[1].replace(**fields, time=0)
+        if not gymnax_env.is_terminal(state, params):
+            return fields, state

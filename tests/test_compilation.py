@@ -81,7 +81,10 @@ TORCH_COMPILED = [("ppo_torch_compile.py", {"compile_mode": "default", "compile_
                   # the Gaussian head: its sampling, log-probabilities and entropy compile as one graph too
                   ("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads+policy",
                                             "env_id": "Pendulum-v1"}, 3),
-                  ("ppo_torch_agents.py", {"compile": True, "num_agents": 2, "env_id": "Pendulum-v1"}, 3)]
+                  ("ppo_torch_agents.py", {"compile": True, "num_agents": 2, "env_id": "Pendulum-v1"}, 3),
+                  # the env in torch: the policy and env steps compile as one graph (Pendulum's with its normalization)
+                  *(("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads+policy", "env_id": e,
+                                              "torch_env": True}, 3) for e in ("CartPole-v1", "Pendulum-v1"))]
 
 
 @pytest.mark.parametrize("script, toggle, graphs", TORCH_COMPILED, ids=lambda x: str(x))
@@ -91,7 +94,7 @@ def test_torch_compile_no_graph_break_no_recompilation(script, toggle, graphs, t
     import torch._dynamo
 
     seen = compiles_per_iteration(script, tmp_path, dynamo_graphs, **toggle)
-    assert seen[0] == graphs, f"expected {graphs} graphs (GAE, the gradients, the policy step), got {seen[0]}"
+    assert seen[0] == graphs, f"expected {graphs} graphs (GAE, the gradients, the policy (and env) step), got {seen[0]}"
     assert seen == [seen[0]] * len(seen), f"graphs compiled by the end of each iteration: {seen}"
     assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
 

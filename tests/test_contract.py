@@ -221,12 +221,17 @@ BAD_INPUTS = {
     "CNN on flat observations": (["--model", "cnn"], ["--model cnn", "image", "CartPole-v1", "(4,)"]),
     "minibatches do not divide": (["--num-minibatches", "7"], ["num_minibatches", "7", "8192"]),
     "non-positive size": (["--num-envs", "0"], ["num_envs", "positive"]),
+    "no torch twin": (["--torch-env", "--env-id", "Breakout-MinAtar"], ["--torch-env", "Breakout-MinAtar", "CartPole-v1",
+                                                                       "Pendulum-v1"]),
+    "torch env without jit": (["--torch-env", "--no-jit-env"], ["--no-jit-env", "--torch-env"]),
 }
 
 
 def bad_input(script: str, case: str) -> tuple[list[str], list[str]]:
     """The arguments of a bad-input case and the words its error must say, for this script."""
     args, words = BAD_INPUTS[case]
+    if args[0] == "--torch-env" and not hasattr(load(script).Args, "torch_env"):
+        pytest.skip("a script without the envs in torch")
     if case == "CNN on flat observations" and script in AGENT_SCRIPTS:  # refused whatever the env
         words = ["--model cnn", "agent scripts", script.replace("_agents", "")]
     if args[0] == "--env-id":  # the Gymnasium scripts refuse every id without a CPU twin alike

@@ -207,8 +207,11 @@ def test_loss_and_gradients_match_reference(script, problem):
     check_loss_and_gradients(adapter_for(script)(script, weights, args), weights, rows(batch, slice(0, MINIBATCH)), args)
 
 
-@pytest.mark.parametrize("script,compiled", [(s, False) for s in SCRIPTS] + [("ppo_torch_compile.py", True)],
-                         ids=SCRIPTS + ["ppo_torch_compile.py-update-compiled"])
+COMPILED_ALL = ["ppo_torch_compile.py", "ppo_torch_compile_gymnasium.py"]  # their default scope: the whole step
+
+
+@pytest.mark.parametrize("script,compiled", [(s, False) for s in SCRIPTS] + [(s, True) for s in COMPILED_ALL],
+                         ids=SCRIPTS + [f"{s}-update-compiled" for s in COMPILED_ALL])
 def test_updates_match_reference(script, compiled, problem):
     """UPDATES consecutive update() calls, on different batches, each of EPOCHS epochs of
     MINIBATCHES minibatches: the script draws a new permutation for every epoch of every call,

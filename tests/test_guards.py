@@ -26,13 +26,15 @@ STEPS = TINY_ARGS["num_steps"]
 case_id = lambda script, changes: " ".join([script, *(f"{k}={v}" for k, v in changes.items())])
 
 
-def expected_reads(script) -> collections.Counter:
+def expected_reads(script, changes) -> collections.Counter:
     """The host reads of one iteration by design: the statistics' one fetch, and the actions the
     rollout hands to the environment each step (torch on a CPU to JAX as a NumPy view; to a CPU
-    env as a host array)."""
+    env as a host array; to the env in torch, none)."""
     if "torch" not in script:  # JAX: the fetch is one jax.device_get of every statistic
         return collections.Counter({"device_get": 1})  # (the CPU env's np.asarray(action) is not seen)
     reads = collections.Counter({"cpu": STEPS, "numpy": STEPS} if script in GYMNASIUM_SCRIPTS else {"numpy": STEPS})
+    if changes.get("torch_env"):
+        reads = collections.Counter()
     reads["numpy" if script in AGENT_SCRIPTS else "tolist"] += 1  # the agents' fetch: one stacked array, to NumPy
     return reads
 
@@ -146,13 +148,15 @@ def jax_work_seconds() -> float:
     return min(times)
 
 
-def with_delays(m, script):
+def with_delays(m, script, torch_env=False):
     """Every env step and every minibatch step of the module takes its work more: (seconds per env
-    step, seconds per minibatch step)."""
-    env_step, minibatch_step = m.env_step, m.minibatch_step
+    step, seconds per minibatch step). Compiled with the policy, the env in torch takes none (a sleep
+    cannot go inside a graph; on a CPU torch's work is done when its call returns)."""
+    env_work = not (torch_env and "compile" in script)
+    env_step, minibatch_step = (m.torch_env_step if torch_env else m.env_step), m.minibatch_step
 
     def slow_env_step(*args, **kwargs):
-        if script in GYMNASIUM_SCRIPTS:
+        if script in GYMNASIUM_SCRIPTS or torch_env:  # a step on the host, or torch's (synchronous on a CPU)
             time.sleep(SLEEP)
             return env_step(*args, **kwargs)
         state, out = env_step(*args, **kwargs)  # a JAX env, stepped inside jit
@@ -165,8 +169,10 @@ def with_delays(m, script):
             args = [a._replace(advantages=jax_work(a.advantages)) if isinstance(a, m.Batch) else a for a in args]
         return minibatch_step(*args, **kwargs)
 
-    m.env_step, m.minibatch_step = slow_env_step, slow_minibatch_step
-    return (SLEEP if script in GYMNASIUM_SCRIPTS else jax_work_seconds(),
+    if env_work:
+        setattr(m, "torch_env_step" if torch_env else "env_step", slow_env_step)
+    m.minibatch_step = slow_minibatch_step
+    return (0.0 if not env_work else SLEEP if script in GYMNASIUM_SCRIPTS or torch_env else jax_work_seconds(),
             SLEEP if "torch" in script else jax_work_seconds())
 
 
@@ -177,7 +183,11 @@ CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] 
     # the scan closes over to embed them (MinAtar's env has one): a read --no-jit pays by design
     ("ppo_linen.py", {"jit": False, "env_id": "CartPole-v1"})] + [
     # the Gaussian head in torch (its noise, torch.distributions' Normal) and the JAX normalization it steps
-    (s, {"env_id": "Pendulum-v1"}) for s in ("ppo_torch.py", "ppo_torch_compile.py")]
+    (s, {"env_id": "Pendulum-v1"}) for s in ("ppo_torch.py", "ppo_torch_compile.py")] + [
+    # the envs in torch: no hand-over at all; compiled, the policy and env steps as one graph (Pendulum: with
+    # the normalization in torch); eager, with the sleep in its env step
+    ("ppo_torch.py", {"env_id": "CartPole-v1", "torch_env": True}),
+    *(("ppo_torch_compile.py", {"env_id": e, "torch_env": True}) for e in ("CartPole-v1", "Pendulum-v1"))]
 IDS = [case_id(*c) for c in CASES]
 
 
@@ -196,7 +206,7 @@ def guarded_runs(tmp_path_factory):
         windows, timed, work, counts, active = [], [], [], collections.Counter(), [True]
 
         def watch(m):
-            work.extend(with_delays(m, script))
+            work.extend(with_delays(m, script, changes.get("torch_env", False)))
 
             class Watching(m.RunLog):
                 def iteration(self, iteration, times, stats):
@@ -220,7 +230,7 @@ def guarded_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("script,changes", CASES, ids=IDS)
 def test_no_host_read_but_the_fetch_and_the_handover(script, changes, guarded_runs):
-    expected = expected_reads(script)
+    expected = expected_reads(script, changes)
     seen, _, _ = guarded_runs(script, changes)
     assert len(seen) == TINY_ARGS["num_iterations"] - 1
     for i, reads in enumerate(seen, start=1):

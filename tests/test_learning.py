@@ -14,7 +14,8 @@ from helpers import AGENT_SCRIPTS, SCRIPTS, read_json, run_ok
 # script computes with its seed
 AGENTS = {"ppo_torch_agents.py": ("--num-agents", "2", "--compile")}
 CASES = [(s, AGENTS.get(s, ("--num-agents", "2")) if s in AGENT_SCRIPTS else ()) for s in SCRIPTS] + [
-    ("ppo_torch_gymnasium.py", ("--vectorization", way)) for way in ("vector", "envpool")]
+    ("ppo_torch_gymnasium.py", ("--vectorization", way)) for way in ("vector", "envpool")] + [
+    ("ppo_torch_compile.py", ("--torch-env",))]  # the env in torch, compiled with the policy step
 
 
 HALF = CASES[0::2]  # the other half is tests/test_learning_more.py's: a file each, so the two workers share them

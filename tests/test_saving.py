@@ -211,15 +211,19 @@ def test_a_model_this_run_cannot_use_is_refused(script, saved, tmp_path, capsys)
     assert not log_dir.exists()
 
 
-@pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
-def test_normalization_statistics_are_saved_and_restored(script, tmp_path, capsys):
+NORMALIZING = [(s, {}) for s in CONTINUOUS_SCRIPTS] + [("ppo_torch.py", {"torch_env": True})]  # (torch's statistics)
+
+
+@pytest.mark.parametrize("script,toggle", NORMALIZING, ids=lambda x: str(x))
+def test_normalization_statistics_are_saved_and_restored(script, toggle, tmp_path, capsys):
     """A run on Pendulum saves its Normalizer's statistics with its model, as they ended; a run that
     loads them starts from them (its first observations join the saved statistics, so its count is
     theirs plus one observation per env; the discounted returns start again), and a run that would
     not normalize refuses them."""
     m = load(script, fresh=True)
-    args = m.Args(**{**TINY_ARGS, "num_iterations": 3}, env_id="Pendulum-v1", log_dir=str(tmp_path))
-    env = (m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else m.make_env(args.env_id)
+    args = m.Args(**{**TINY_ARGS, "num_iterations": 3}, **toggle, env_id="Pendulum-v1", log_dir=str(tmp_path))
+    env = ((m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS
+           else m.make_torch_env(args.env_id, "cpu") if toggle else m.make_env(args.env_id))
     args = m.with_defaults(args, continuous_actions=True)
     writer = m.Writer(str(tmp_path))
     *trained, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))  # (model and optimizer), statistics

@@ -8,19 +8,9 @@ and every twin has Gymnax's action set, observation size and time limit."""
 import numpy as np
 import pytest
 from scipy.stats import ks_2samp
-from helpers import GYMNASIUM_SCRIPTS, load
+from helpers import GYMNASIUM_SCRIPTS, STATE_BOXES, load, random_state
 
 STEPS = 300
-# where the start states are drawn: boxes of the Gymnasium state vector's entries (in Gymnax's
-# EnvState names), wide enough that many steps end the episode (pole down, cart out, goal reached)
-STATE_BOXES = {
-    "CartPole-v1": [{"x": 2.4, "x_dot": 2.0, "theta": 0.21, "theta_dot": 2.0}],
-    "Acrobot-v1": [{"joint_angle1": np.pi, "joint_angle2": np.pi, "velocity_1": 4 * np.pi, "velocity_2": 9 * np.pi}],
-    "MountainCar-v0": [{"position": (-1.2, 0.5), "velocity": 0.07},  # and at the goal, slow or not
-                       {"position": (0.4, 0.5), "velocity": 0.07}, {"position": (0.48, 0.5), "velocity": 0.02}],
-    "Pendulum-v1": [{"theta": np.pi, "theta_dot": 8.0}],  # never terminates: only the transition is compared
-    "MountainCarContinuous-v0": [{"position": (-1.2, 0.6), "velocity": 0.07}, {"position": (0.4, 0.6), "velocity": 0.07}],
-}
 NEVER_ENDS = ("Pendulum-v1",)
 # Gymnax's MountainCarContinuous stops the car at the wall only in Gymnax's own way: Gymnasium zeroes a
 # negative velocity at the left wall, Gymnax (by mistake) past the goal, where it then terminates.
@@ -30,18 +20,6 @@ KNOWN_DIFFERENCES = {"MountainCarContinuous-v0": lambda obs: obs[0] <= -1.2 or (
 
 def twins():
     return load(GYMNASIUM_SCRIPTS[0]).TWINS
-
-
-def random_state(rng, gymnax_env, params, boxes, t):
-    """A state from the t-th box (in turn) that has not already ended its episode."""
-    import jax
-
-    while True:
-        box = boxes[t % len(boxes)]
-        fields = {f: np.float32(rng.uniform(*(r if isinstance(r, tuple) else (-r, r)))) for f, r in box.items()}
-        state = gymnax_env.reset_env(jax.random.key(t), params)[1].replace(**fields, time=0)
-        if not gymnax_env.is_terminal(state, params):
-            return fields, state
 
 
 @pytest.mark.parametrize("env_id", STATE_BOXES)
