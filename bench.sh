@@ -13,7 +13,7 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu
                one part of the schedule alone (tuning, the continuous, pixel and GPU ones are not part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
@@ -36,6 +36,17 @@ Presets (default: sweep)
              shuffled session three cheap envs (CartPole-v1, Breakout-MinAtar, Asterix-MinAtar),
              x the frameworks as meant to run x small and medium, --sync-timing, 20 iterations
              (or --iterations): does the framework still matter when the env dominates?
+    torchenv the env in each framework's own language: CartPole-v1, Acrobot-v1 and Pendulum-v1 x
+             linen and nnx on Gymnax, torch and torch_compile on Gymnax (through DLPack) and on the
+             env written in torch (-torchenv), x small and medium, --sync-timing, 20 iterations (or
+             --iterations); and each env alone (env_alone.py, in subfolder alone/envs<N>): Gymnax
+             in one scan, Gymnax a call per step through DLPack, the torch env eager and compiled,
+             at --num-envs 32, 256, 1024 and 4096 (or --env-counts)
+    cpucompile the CPU-env regimes with compiled PyTorch beside eager: {torch, torch_compile,
+             linen}_gymnasium on CartPole-v1 and Acrobot-v1 in Gymnasium's loop, on CartPole-v1
+             through EnvPool (-envpool), on Pendulum-v1 and HalfCheetah-v5 (MuJoCo) in the loop,
+             small, and on Atari's Breakout-v5 through EnvPool with the CNN at CleanRL's Atari
+             batch (subfolder atari); --sync-timing, 20 iterations (or --iterations)
     tuning   the evidence for the scripts' defaults: CartPole-v1 x small and medium, --sync-timing,
              20 iterations (or --iterations); Linen and eager torch with XLA's CPU threading on and
              off, torch on one intra-op thread and with a passive OpenMP wait, and torch_compile at
@@ -75,7 +86,8 @@ Options
                      agents, tuning and the continuous presets keep the listed ones of their own
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
   --experiments LIST comma list of experiments (a subset of the preset's)
-  --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048)
+  --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048); torchenv's
+                     env-alone counts (default: 32,256,1024,4096)
   --agent-counts LIST agents' --num-agents values (default: 1,4,16,64)
   --order-seed N     the seed of the run order: each repeat runs its warm-up, then the rest of
                      its plan in a shuffled order, so that a drift of the machine's speed is not
@@ -99,12 +111,14 @@ Options
 Everything after -- goes to every script, e.g. -- --num-envs 64
 
 Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
-  torch-nojitenv torch_compile torch_compile-default torch_compile-reduce-overhead
-  torch_compile-max-autotune torch_gymnasium torch_gymnasium-vector torch_gymnasium-envpool
-  torch_gymnasium-async linen_gymnasium linen_gymnasium-vector linen_gymnasium-envpool
-  linen_gymnasium-async linen_gymnasium-nojit
+  torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
+  torch_compile-max-autotune torch_compile-torchenv torch_gymnasium torch_gymnasium-vector
+  torch_gymnasium-envpool torch_gymnasium-async torch_compile_gymnasium torch_compile_gymnasium-vector
+  torch_compile_gymnasium-envpool torch_compile_gymnasium-async linen_gymnasium linen_gymnasium-vector
+  linen_gymnasium-envpool linen_gymnasium-async linen_gymnasium-nojit
   linen_agents nnx_agents torch_agents torch_agents_compile (with --num-agents: agents)
-  env-gymnax env-sync env-async env-vector env-envpool env-mjx (env_alone.py: the env alone, no model)
+  env-gymnax env-sync env-async env-vector env-envpool env-mjx env-torch env-torch-compile
+  env-gymnax-dlpack (env_alone.py: the env alone, no model)
   torch_compile-grads torch_compile-grads+policy torch_compile-update torch_compile-update+policy
 Settings (tuning's subfolders: the environment each run starts with)
   xla-n        XLA_FLAGS=--xla_cpu_multi_thread_eigen=true   XLA's matrix library on every core
@@ -152,6 +166,12 @@ ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envs
 AGENT_VARIANTS=(linen_agents nnx_agents torch_agents torch_agents_compile)  # agents: N in one process
 ONE_AGENT=(linen nnx torch torch_compile)                                   # agents: one per process
 AGENT_COUNTS=(1 4 16 64)
+TORCH_ENV_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 Pendulum-v1 MountainCarContinuous-v0)  # --torch-env's
+OWN_ENV_ENVS=(CartPole-v1 Acrobot-v1 Pendulum-v1)                                          # torchenv
+OWN_ENV_VARIANTS=(linen nnx torch torch_compile torch-torchenv torch_compile-torchenv)
+OWN_ENV_ALONE=(env-gymnax env-gymnax-dlpack env-torch env-torch-compile)
+OWN_ENV_COUNTS=(32 256 1024 4096)
+COMPILED_CPU=(torch_gymnasium torch_compile_gymnasium linen_gymnasium)                     # cpucompile
 CRAFTAX_ENVS=(Craftax-Classic-Symbolic-v1 Craftax-Symbolic-v1)
 EXPENSIVE_ENVS=(CartPole-v1 Breakout-MinAtar Asterix-MinAtar "${CRAFTAX_ENVS[@]}")  # cheap ones as the yardstick
 TUNING=(linen:xla-n linen:xla-1 torch:xla-n torch:xla-1 torch:torch-1 torch:omp-passive    # tuning: variant:setting
@@ -182,6 +202,8 @@ variant_command() {
     equinox-nojit) echo "ppo_equinox.py --no-jit" ;;
     torch) echo "ppo_torch.py" ;;
     torch-nojitenv) echo "ppo_torch.py --no-jit-env" ;;
+    torch-torchenv) echo "ppo_torch.py --torch-env" ;;
+    torch_compile-torchenv) echo "ppo_torch_compile.py --torch-env" ;;
     torch_compile) echo "ppo_torch_compile.py" ;;
     torch_compile-default|torch_compile-reduce-overhead|torch_compile-max-autotune)
       echo "ppo_torch_compile.py --compile-mode ${1#torch_compile-}" ;;
@@ -189,10 +211,14 @@ variant_command() {
       echo "ppo_torch_compile.py --compile-scope ${1#torch_compile-}" ;;
     torch_gymnasium) echo "ppo_torch_gymnasium.py" ;;
     torch_gymnasium-vector|torch_gymnasium-envpool|torch_gymnasium-async) echo "ppo_torch_gymnasium.py --vectorization ${1#*-}" ;;
+    torch_compile_gymnasium) echo "ppo_torch_compile_gymnasium.py" ;;
+    torch_compile_gymnasium-vector|torch_compile_gymnasium-envpool|torch_compile_gymnasium-async)
+      echo "ppo_torch_compile_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
     linen_gymnasium-vector|linen_gymnasium-envpool|linen_gymnasium-async) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
-    env-gymnax|env-sync|env-async|env-vector|env-envpool|env-mjx) echo "env_alone.py --backend ${1#env-}" ;;
+    env-gymnax|env-sync|env-async|env-vector|env-envpool|env-mjx|env-torch|env-torch-compile|env-gymnax-dlpack)
+      echo "env_alone.py --backend ${1#env-}" ;;
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
     *) return 1 ;;
@@ -205,7 +231,8 @@ offers() {  # whether variant $1 can step env $2: a vectorization offers only so
     *-vector) contains "$2" "${VECTOR_ENVS[@]}" ;;
     *-envpool) contains "$2" "${ENVPOOL_ENVS[@]}" ;;
     env-mjx) [[ $2 == HalfCheetah-v5 ]] ;;  # env_alone.py's MJX line
-    env-gymnax) ! contains "$2" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;
+    *-torchenv|env-torch|env-torch-compile) contains "$2" "${TORCH_ENV_ENVS[@]}" ;;  # the envs written in torch
+    env-gymnax|env-gymnax-dlpack) ! contains "$2" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;
     *) ! contains "$2" "${ATARI_ENVS[@]}" ;;
   esac
 }
@@ -256,11 +283,11 @@ if [[ -n $slurm_tasks ]]; then
 fi
 
 case $preset in
-  sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive) ;;
+  sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, continuous, continuous-learning, pixels, pixels-learning, gpu or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, gpu or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -301,16 +328,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -337,6 +364,7 @@ exp1_envs=("${BENCHBACK_RL_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("$
 cpuenv_envs=() scale_envs=(CartPole-v1 Breakout-MinAtar) counts=("${ENV_COUNTS[@]}")
 for e in "${BENCHBACK_RL_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
 cpuenv_models=(small medium) agent_envs=(CartPole-v1 Breakout-MinAtar) agent_counts=("${AGENT_COUNTS[@]}")
+own_counts=("${OWN_ENV_COUNTS[@]}")
 tuning_envs=(CartPole-v1); ((${#env_filter[@]})) && tuning_envs=("${env_filter[@]}")
 if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
   exp1_envs=(CartPole-v1 Acrobot-v1) exp1_models=(small) exp2_envs=(CartPole-v1)
@@ -344,7 +372,7 @@ if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no 
   cpuenv_envs=(CartPole-v1) cpuenv_models=(small) scale_envs=(CartPole-v1) counts=(16 128)
 fi
 if [[ -n $counts_opt ]]; then
-  counts=($(split "$counts_opt"))
+  counts=($(split "$counts_opt")) own_counts=("${counts[@]}")
   for n in "${counts[@]}"; do  # minibatches of 1024 from 128 steps: a multiple of 8 envs
     [[ $n =~ ^[1-9][0-9]*$ ]] && ((n % 8 == 0)) || die "--env-counts must be multiples of 8, got '$n'"
   done
@@ -399,6 +427,18 @@ for r in $(seq 1 "$repeats"); do
         add gpu "$r" sync tf32 "--matmul-precision,tf32,$gpu_args" CartPole-v1 Breakout-MinAtar -- "${AS_MEANT[@]}" -- large
         add gpu "$r" sync - "$gpu_args" Craftax-Classic-Symbolic-v1 Pendulum-v1 -- "${AS_MEANT[@]}" -- small
         add gpu "$r" sync - "$gpu_args" Breakout-MinAtar -- "${AS_MEANT[@]}" -- cnn ;;
+      torchenv)
+        add torchenv "$r" sync - "--num-iterations,${iterations:-20}" "${OWN_ENV_ENVS[@]}" -- "${OWN_ENV_VARIANTS[@]}" -- small medium
+        for n in "${own_counts[@]}"; do
+          add torchenv "$r" async "alone/envs$n" "--num-envs,$n,--num-steps,128,--num-iterations,4" \
+            "${OWN_ENV_ENVS[@]}" -- "${OWN_ENV_ALONE[@]}" -- none
+        done ;;
+      cpucompile)
+        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 Acrobot-v1 Pendulum-v1 HalfCheetah-v5 -- \
+          "${COMPILED_CPU[@]}" -- small
+        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 -- "${COMPILED_CPU[@]/%/-envpool}" -- small
+        add cpucompile "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 -- \
+          "${COMPILED_CPU[@]/%/-envpool}" -- cnn ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
@@ -462,7 +502,7 @@ command_of() {
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }
