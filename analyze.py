@@ -38,6 +38,7 @@ from analysis.output import Output, console
 from analysis.pixels import pixels_learning_section, pixels_section
 from analysis.runs import EXPERIMENTS, find_runs, pack
 from analysis.target import target_section
+from analysis.torchenv import cpucompile_section, torchenv_section
 from analysis.tuning import gemm_section, tuning_section
 
 
@@ -67,14 +68,16 @@ def report(args: Report) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's; the
     # pixel study's envs are MinAtar's, measured with the others, and Atari, which is not Gymnax's)
-    times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(("continuous", "pixels", "gpu"))}))
+    times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(
+        ("continuous", "pixels", "gpu", "torchenv", "cpucompile"))}))
     cx = complexity(times)
     o = Output(out)
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
              ""]
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
-     continuous_learning, pixels, pixels_learning, gpu, _) = by_experiment.values()  # in order (headline: below)
+     continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile) = by_experiment.values()  # in order
+    # (headline: below)
     decision_section(by_experiment, o)
     if headline := by_experiment["headline"] or exp1:  # the shuffled, repeated re-run of Experiment 1 where it ran
         headline_section(headline, cpuenv, agents, expensive, continuous, pixels, o)
@@ -97,6 +100,10 @@ def report(args: Report) -> int:
         envscale_section(envscale, o)
     if agents:
         agents_section(agents, o)
+    if torchenv:
+        torchenv_section(torchenv, o)
+    if cpucompile:
+        cpucompile_section(cpucompile, o)
     if expensive:
         expensive_section(expensive, times, o)
     if craftax_learning:
@@ -121,7 +128,7 @@ def report(args: Report) -> int:
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
-                  "pixels", "pixels-learning", "gpu", "headline")
+                  "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     o.claims_table()

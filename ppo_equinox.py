@@ -170,7 +170,8 @@ def make_env(env_id: str):
 
 
 class Running(NamedTuple):
-    """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch."""
+    """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch; the batch's
+    population variance (correction=0), in JAX arrays or, for the envs in torch, torch tensors."""
     mean: jax.Array
     var: jax.Array
     count: jax.Array
@@ -178,7 +179,7 @@ class Running(NamedTuple):
     def update(self, x):
         delta, n = x.mean(0) - self.mean, x.shape[0]
         total = self.count + n
-        var = (self.var * self.count + x.var(0) * n + delta**2 * self.count * n / total) / total
+        var = (self.var * self.count + x.var(0, correction=0) * n + delta**2 * self.count * n / total) / total
         return Running(self.mean + delta * n / total, var, total)
 
 

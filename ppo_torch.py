@@ -172,8 +172,8 @@ def make_env(env_id: str):
 
 
 class Running(NamedTuple):
-    """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch; of JAX arrays or
-    torch tensors (so the batch's variance is written out: torch's var() is the sample variance)."""
+    """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch; the batch's
+    population variance (correction=0), in JAX arrays or, for the envs in torch, torch tensors."""
     mean: jax.Array
     var: jax.Array
     count: jax.Array
@@ -181,7 +181,7 @@ class Running(NamedTuple):
     def update(self, x):
         delta, n = x.mean(0) - self.mean, x.shape[0]
         total = self.count + n
-        var = (self.var * self.count + ((x - x.mean(0)) ** 2).mean(0) * n + delta**2 * self.count * n / total) / total
+        var = (self.var * self.count + x.var(0, correction=0) * n + delta**2 * self.count * n / total) / total
         return Running(self.mean + delta * n / total, var, total)
 
 
@@ -306,15 +306,17 @@ def env_step(state: EnvState, action, env, env_params, num_envs, gamma=None):
 def cartpole(s, action):
     """CartPole-v1: one Euler step of cart and pole. Gymnax's reward, 1 unless the state before had
     fallen, is always 1 here: a fallen pole is reset in the step it falls."""
-    gravity, masspole, total_mass, length, polemass_length, force_mag, tau = 9.8, 0.1, 1.0 + 0.1, 0.5, 0.05, 10.0, 0.02
+    gravity, masspole, total_mass, length, polemass_length = 9.8, 0.1, 1.0 + 0.1, 0.5, 0.05
+    force_mag, tau, x_threshold, theta_threshold = 10.0, 0.02, 2.4, 12 * 2 * math.pi / 360
     x, x_dot, theta, theta_dot = s.unbind(-1)
     force = force_mag * action - force_mag * (1 - action)
     costheta, sintheta = torch.cos(theta), torch.sin(theta)
     temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass
     thetaacc = (gravity * sintheta - costheta * temp) / (length * (4.0 / 3.0 - masspole * costheta**2 / total_mass))
     xacc = temp - polemass_length * thetaacc * costheta / total_mass
-    x, x_dot, theta, theta_dot = x + tau * x_dot, x_dot + tau * xacc, theta + tau * theta_dot, theta_dot + tau * thetaacc
-    fallen = (x < -2.4) | (x > 2.4) | (theta < -12 * 2 * math.pi / 360) | (theta > 12 * 2 * math.pi / 360)
+    x, x_dot = x + tau * x_dot, x_dot + tau * xacc
+    theta, theta_dot = theta + tau * theta_dot, theta_dot + tau * thetaacc
+    fallen = (x.abs() > x_threshold) | (theta.abs() > theta_threshold)
     return torch.stack([x, x_dot, theta, theta_dot], -1), torch.ones_like(x), fallen
 
 
@@ -325,9 +327,11 @@ def acrobot_dsdt(s, a):
     d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * torch.cos(theta2)) + i1 + i2
     d2 = m2 * (lc2**2 + l1 * lc2 * torch.cos(theta2)) + i2
     phi2 = m2 * lc2 * g * torch.cos(theta1 + theta2 - math.pi / 2.0)
-    phi1 = (-m2 * l1 * lc2 * dtheta2**2 * torch.sin(theta2) - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * torch.sin(theta2)
+    phi1 = (-m2 * l1 * lc2 * dtheta2**2 * torch.sin(theta2)
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * torch.sin(theta2)
             + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2) + phi2)
-    ddtheta2 = (a + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1**2 * torch.sin(theta2) - phi2) / (m2 * lc2**2 + i2 - d2**2 / d1)
+    ddtheta2 = ((a + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1**2 * torch.sin(theta2) - phi2)
+                / (m2 * lc2**2 + i2 - d2**2 / d1))
     ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
     return torch.stack([dtheta1, dtheta2, ddtheta1, ddtheta2], -1)
 
@@ -360,7 +364,8 @@ def mountain_car(s, action):
     velocity = (velocity + (action - 1) * 0.001 - torch.cos(3 * position) * 0.0025).clamp(-0.07, 0.07)
     position = (position + velocity).clamp(-1.2, 0.6)
     velocity = velocity * ~((position == -1.2) & (velocity < 0))  # the left wall stops it
-    return torch.stack([position, velocity], -1), torch.full_like(position, -1.0), (position >= 0.5) & (velocity >= 0.0)
+    goal = (position >= 0.5) & (velocity >= 0.0)
+    return torch.stack([position, velocity], -1), torch.full_like(position, -1.0), goal
 
 
 def mountain_car_continuous(s, action):
@@ -417,7 +422,7 @@ class TorchEnv(NamedTuple):
 
     def fresh(self, num_envs: int):
         """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator)."""
-        return self.low + (self.high - self.low) * torch.rand(num_envs, len(self.low), device=self.low.device)
+        return torch.lerp(self.low, self.high, torch.rand(num_envs, len(self.low), device=self.low.device))
 
 
 def make_torch_env(env_id: str, device):
@@ -438,9 +443,10 @@ class TorchNormalizer(Normalizer):
     @classmethod
     def start(cls, obs_dim, num_envs, saved: dict | None = None, device=None):
         full = lambda shape, value: torch.full(shape, value, device=device)
-        fresh = {"obs": Running(full((obs_dim,), 0.0), full((obs_dim,), 1.0), full((), 1e-4)),
+        stats = {"obs": Running(full((obs_dim,), 0.0), full((obs_dim,), 1.0), full((), 1e-4)),
                  "reward": Running(full((), 0.0), full((), 1.0), full((), 1e-4))}
-        stats = {k: Running(*(saved[k][f].to(device) for f in Running._fields)) for k in fresh} if saved else fresh
+        if saved:  # a saved model's, as tensors
+            stats = {k: Running(*(saved[k][f].to(device) for f in Running._fields)) for k in stats}
         return cls(stats["obs"], stats["reward"], full((num_envs,), 0.0))
 
     def observe(self, obs, learn=True):
@@ -450,13 +456,15 @@ class TorchNormalizer(Normalizer):
     def scale(self, reward, terminated, gamma):
         discounted = torch.where(terminated, 0.0, self.discounted * gamma) + reward  # cut by a termination only
         stats = self.reward.update(discounted)
-        return self._replace(reward=stats, discounted=discounted), torch.clamp(reward / torch.sqrt(stats.var + 1e-8), -10, 10)
+        scaled = torch.clamp(reward / torch.sqrt(stats.var + 1e-8), -10, 10)
+        return self._replace(reward=stats, discounted=discounted), scaled
 
 
 def torch_env_reset(env: TorchEnv, num_envs: int, norm: TorchNormalizer | None = None, learn=True):
     """Fresh envs: (observations, EnvState); the state of each env is its physics and its time step."""
     physics = env.fresh(num_envs)
-    obs, zeros = env.observe(physics), lambda dtype=torch.float32: torch.zeros(num_envs, dtype=dtype, device=physics.device)
+    obs = env.observe(physics)
+    zeros = lambda dtype=torch.float32: torch.zeros(num_envs, dtype=dtype, device=physics.device)
     if norm is not None:
         norm, obs = norm.observe(obs, learn)
     # three tensors, not one three times: torch.compile would guard on the aliasing and compile again
@@ -486,7 +494,8 @@ def torch_env_step(state: EnvState, action, env: TorchEnv, env_params, gamma=Non
             norm, reward = norm.scale(reward, terminated, gamma)
     step = EnvStep(obs, reward, terminated, truncated, final_obs,
                    torch.where(done, episode_return, 0.0), torch.where(done, episode_length, 0.0))
-    state = EnvState(None, (physics, elapsed), torch.where(done, 0.0, episode_return), torch.where(done, 0.0, episode_length), norm)
+    state = EnvState(None, (physics, elapsed), torch.where(done, 0.0, episode_return),
+                     torch.where(done, 0.0, episode_length), norm)
     return state, step
 
 

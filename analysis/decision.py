@@ -13,6 +13,9 @@ from .output import NAMES
 from .stats import geomean, pair_ratios, ratio_cell, ratio_row, repeat_of
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
+OWN_ENV = ("linen", "nnx", "torch-torchenv", "torch_compile-torchenv")  # each steps the env in its own language
+LOOP = ("torch_gymnasium", "torch_compile_gymnasium", "linen_gymnasium")  # a CPU env in Gymnasium's loop
+ENVPOOL = tuple(f"{v}-envpool" for v in LOOP)
 MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats
 
 
@@ -24,7 +27,7 @@ def framework(variant: str) -> str:
 class Regime:
     name: str
     condition: str  # in words, what a reader checks against their project
-    experiment: str  # or experiments, "headline, exp1": the first of them with runs to keep
+    experiment: str  # or experiments, "headline, exp1": the first of them with runs to keep (the newer first)
     keep: Callable  # which of the experiment's runs
     value: Callable = ITERATION  # the time compared: the steady iteration (per agent for agents)
 
@@ -39,25 +42,32 @@ def most_agents(runs) -> list:
 
 
 REGIMES = [
-    Regime("JAX env, small model", "the env is JAX code (Gymnax), 64-wide MLP",
+    Regime("JAX env, small model", "the env is JAX code (Gymnax), which PyTorch steps through DLPack, 64-wide MLP",
            "headline, exp1", lambda r: r.model == "small"),
     Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", lambda r: r.model == "medium"),
-    Regime("CPU env, Gymnasium's loop", "a Python env stepped by Gymnasium's SyncVectorEnv, small model", "cpuenv",
-           lambda r: r.model == "small" and r.variant in ("torch_gymnasium", "linen_gymnasium")),
-    Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpuenv",
-           lambda r: r.model == "small" and r.variant in ("torch_gymnasium-envpool", "linen_gymnasium-envpool")),
+    Regime("each framework's own env, small model", "JAX steps Gymnax, PyTorch the same envs written in torch "
+           "(CartPole-v1, Acrobot-v1, Pendulum-v1), 64-wide MLP", "torchenv",
+           lambda r: r.model == "small" and r.variant in OWN_ENV),
+    Regime("each framework's own env, medium model", "the same, 256-wide MLP", "torchenv",
+           lambda r: r.model == "medium" and r.variant in OWN_ENV),
+    Regime("CPU env, Gymnasium's loop", "a Python env stepped by Gymnasium's SyncVectorEnv, small model",
+           "cpucompile, cpuenv", lambda r: r.model == "small" and r.variant in LOOP and r.env_id in (
+               "CartPole-v1", "Acrobot-v1", "Breakout-MinAtar")),
+    Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpucompile, cpuenv",
+           lambda r: r.model == "small" and r.variant in ENVPOOL and r.env_id == "CartPole-v1"),
     Regime("expensive JAX env", "Craftax: a JAX env whose step costs more than a small model", "expensive",
            lambda r: r.model == "small" and r.env_id.startswith("Craftax")),
     Regime("many agents, one process", "N agents trained at once (vmap, torch.func), the largest N measured, "
            "time per agent", "agents", None, PER_AGENT),
     Regime("continuous actions, JAX env", "Pendulum-v1 in Gymnax, a Gaussian policy, small model", "continuous",
            lambda r: r.model == "small" and r.env_id == "Pendulum-v1" and r.variant in JAX_ENV),
-    Regime("continuous actions, MuJoCo", "HalfCheetah-v5, MuJoCo's C engine in Gymnasium's loop, small model",
-           "continuous", lambda r: r.model == "small" and r.variant in ("torch_gymnasium", "linen_gymnasium")),
+    Regime("continuous actions, MuJoCo", "HalfCheetah-v5 (MuJoCo's C engine) and Pendulum-v1 in Gymnasium's loop, "
+           "small model", "cpucompile, continuous", lambda r: r.model == "small" and r.variant in LOOP and r.env_id in (
+               "HalfCheetah-v5", "Pendulum-v1")),
     Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN", "pixels",
            lambda r: r.model == "cnn" and r.variant in JAX_ENV),
-    Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN, CleanRL's Atari batch", "pixels",
-           lambda r: r.env_id == "Breakout-v5"),
+    Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN, CleanRL's Atari batch",
+           "cpucompile, pixels", lambda r: r.env_id == "Breakout-v5"),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu",
            lambda r: r.model == "small" and precision(r) == "float32"),
 ]
@@ -84,10 +94,10 @@ def decide(runs, value) -> dict | None:
 def decision_rows(by_experiment: dict) -> list[dict]:
     rows = []
     for regime in REGIMES:
-        kept = (most_agents(by_experiment.get(e, [])) if e == "agents" else
-                [r for r in by_experiment.get(e, []) if regime.keep(r)] for e in regime.experiment.split(", "))
-        runs = next((runs for runs in kept if runs), [])
-        if regime.experiment == "cpuenv":
+        kept = ((e, most_agents(by_experiment.get(e, [])) if e == "agents" else
+                 [r for r in by_experiment.get(e, []) if regime.keep(r)]) for e in regime.experiment.split(", "))
+        experiment, runs = next(((e, runs) for e, runs in kept if runs), (None, []))
+        if experiment == "cpuenv":
             runs = defaults_only(runs)
         if runs:
             rows.append({"regime": regime, **(decide(runs, regime.value)

@@ -24,11 +24,16 @@ VARIANT_COLORS = {
     "linen_agents": "#1f77b4", "nnx_agents": "#ff7f0e", "torch_agents": "#9467bd", "torch_agents_compile": "#8c564b",
     # an env stepped alone (env_alone.py): in JAX like Linen's env, then the CPU's ways, MJX apart
     "env-gymnax": "#1f77b4", "env-sync": "#7f7f7f", "env-async": "#5f9ea0", "env-envpool": "#bcbd22", "env-mjx": "#d62728",
+    # PyTorch on its own terms: its env in torch (darker than through DLPack), compiled on a CPU env; the env alone
+    "torch-torchenv": "#4b2a7b", "torch_compile-torchenv": "#4a2e27", "torch_compile_gymnasium": "#0a5f66",
+    "torch_compile_gymnasium-envpool": "#5fb7c4", "env-gymnax-dlpack": "#c5b0d5", "env-torch": "#9467bd",
+    "env-torch-compile": "#8c564b",
 }
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 # what each variant compiles, in the tables' words; torch_compile's depends on the run (compile_scope)
 NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.jit + nnx.cached_partial",
-         "equinox": "Equinox", "torch": "PyTorch, eager", "torch_compile": "PyTorch, torch.compile"}
+         "equinox": "Equinox", "torch": "PyTorch, eager", "torch_compile": "PyTorch, torch.compile",
+         "torch-torchenv": "PyTorch, eager, its env in torch", "torch_compile-torchenv": "PyTorch, torch.compile, its env in torch"}
 COMPILE_SCOPES = {  # ppo_torch_compile.py's --compile-scope: what is compiled besides GAE
     "grads": "loss, gradients and clip; Adam eager",
     "grads+policy": "loss, gradients, clip and the policy step; Adam eager",

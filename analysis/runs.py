@@ -17,7 +17,8 @@ EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensiv
                "continuous", "continuous-learning",  # bench.sh's continuous presets
                "pixels", "pixels-learning",  # and its pixel ones
                "gpu",  # and its GPU study
-               "headline")  # Experiment 1 again, small and medium on four envs, each repeat shuffled (issue 33)
+               "headline",  # Experiment 1 again, small and medium on four envs, each repeat shuffled (issue 33)
+               "torchenv", "cpucompile")  # PyTorch on its own terms: the env in torch, compiled CPU-env runs (issue 49)
 LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
 
 

@@ -16,8 +16,8 @@ STARTUP = 1.5  # seconds from a fake run's start to its first iteration
 
 
 def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, device="cpu",
-             rollout_only=False, rollout_share=0.25, session=None, **args):
-    """A run directory as the scripts write it, with the given durations (and arguments)."""
+             rollout_only=False, rollout_share=0.25, session=None, summary=None, **args):
+    """A run directory as the scripts write it, with the given durations (and arguments, and summary entries)."""
     from tensorboard.summary import Writer
 
     run_dir = root / f"{env_id}__{variant}__{model}__s{seed}__{1_000_000 + seed}"
@@ -27,7 +27,7 @@ def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False
             "variant": variant, "versions": {"python": "3.11", "jax": "0.10.2"}, "device": device,
             "cpu": "Test CPU", "start_time": 1000.0 - STARTUP, **({"session": session} if session else {})}
     (run_dir / "run.json").write_text(json.dumps(info))
-    summary = {"time/total": total, "charts/episodic_return_final": final_return}
+    summary = {"time/total": total, "charts/episodic_return_final": final_return, **(summary or {})}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     writer = Writer(str(run_dir))
     for i, seconds in enumerate(iterations):
@@ -265,6 +265,55 @@ def test_expensive_experiment_by_hand(tmp_path):
     assert expensive.headline_rows([r for r in loaded if r.experiment == "expensive"]) == [
         ["expensive env, Craftax-Classic-Symbolic-v1: PyTorch, eager / Linen (steady iteration)", "1.10x (1.10–1.10, 3 repeats)"]]
     assert (out / "expensive.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(expensive.png)" in report
+
+
+def test_torchenv_and_cpucompile_by_hand(tmp_path):
+    """The env in each framework's own language, on runs whose durations are known: PyTorch's rollout
+    with its env in torch against its rollout through Gymnax and against Linen's, each env alone in env
+    steps per second; and compiled over eager PyTorch on a CPU env. Each claim decided from them."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    # (iteration factor over ITERATIONS, rollout share): Linen's steady rollout 0.5 x 0.25 = 0.125 s
+    timings = {"linen": (1.0, 0.25), "nnx": (1.0, 0.25), "torch": (3.0, 0.5), "torch-torchenv": (2.0, 0.25),
+               "torch_compile": (2.0, 0.5), "torch_compile-torchenv": (1.5, 0.2)}
+    for seed in (1, 2, 3):
+        for variant, (factor, share) in timings.items():
+            fake_run(runs_dir / "torchenv" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
+                     [x * factor for x in ITERATIONS], synced=True, rollout_share=share)
+        for variant, per_second in (("env-gymnax", 4e6), ("env-gymnax-dlpack", 5e5), ("env-torch-compile", 1e6)):
+            fake_run(runs_dir / "torchenv" / f"r{seed}" / "alone" / "envs32", variant, "CartPole-v1", "none", seed, 5.0,
+                     [0.1] * 4, rollout_only=True, num_envs=32, summary={"env_steps_per_second": per_second * seed})
+        fake_run(runs_dir / "torchenv" / f"r{seed}" / "alone" / "envs256", "env-torch", "CartPole-v1", "none", seed, 5.0,
+                 [0.1] * 4, rollout_only=True, num_envs=256, summary={"env_steps_per_second": 3e6})
+        for variant, factor in (("linen_gymnasium-envpool", 2.0), ("torch_gymnasium-envpool", 1.0),
+                                ("torch_compile_gymnasium-envpool", 0.8)):
+            fake_run(runs_dir / "cpucompile" / f"r{seed}" / "atari", variant, "Breakout-v5", "cnn", seed, 10.0,
+                     [x * factor for x in ITERATIONS], synced=True)
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    # Linen's steady iteration, then nnx, torch, torch-torchenv, torch_compile, torch_compile-torchenv over it
+    assert ("| CartPole-v1 | small | 0.500 | 1.00x (1.00–1.00, 3 repeats) | 3.00x (3.00–3.00, 3 repeats) | "
+            "2.00x (2.00–2.00, 3 repeats) | 2.00x (2.00–2.00, 3 repeats) | 1.50x (1.50–1.50, 3 repeats) |") in report
+    assert ("| CartPole-v1 | small | 0.125 | 1.00x (1.00–1.00, 3 repeats) | 6.00x (6.00–6.00, 3 repeats) | "
+            "2.00x (2.00–2.00, 3 repeats) | 4.00x (4.00–4.00, 3 repeats) | 1.20x (1.20–1.20, 3 repeats) |") in report
+    assert ("| CartPole-v1 | small | 0.33x (0.33–0.33, 3 repeats) | 0.67x (0.67–0.67, 3 repeats) | "
+            "0.30x (0.30–0.30, 3 repeats) | 0.75x (0.75–0.75, 3 repeats) |") in report
+    assert "| CartPole-v1 | 32 | 8,000,000 | 1,000,000 | – | 2,000,000 |" in report  # medians over seeds 1..3
+    assert "| CartPole-v1 | 256 | – | – | 3,000,000 | – |" in report
+    for claim, holds in (("torch_compile-torchenv-rollout-faster-than-gymnax", "yes"),
+                         ("torch_compile-torchenv-iteration-slower-than-linen", "yes"),
+                         ("torch_compile-torchenv-rollout-faster-than-linen", "no"),
+                         ("torch-torchenv-iteration-faster-than-gymnax", "yes"),
+                         ("env-torch-compile-faster-than-env-gymnax-dlpack-alone", "yes"),
+                         ("env-torch-compile-slower-than-env-gymnax-alone", "yes"),
+                         ("compiled-faster-than-eager-atari", "yes"),
+                         ("compiled-not-faster-than-eager-atari", "no")):
+        assert f"| `{claim}` |" in report and report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
+    # Atari: compiled / eager 0.80 on every part, eager 0.50x Linen's, compiled 0.40x
+    assert ("| Atari through EnvPool, the CNN | Breakout-v5 | cnn | 1.00 | 0.80x (0.80–0.80, 3 repeats) | "
+            "0.80x (0.80–0.80, 3 repeats) | 0.80x (0.80–0.80, 3 repeats) | 0.50x (0.50–0.50, 3 repeats) | "
+            "0.40x (0.40–0.40, 3 repeats) |") in report
+    assert (out / "torchenv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_runs_on_different_devices_are_never_paired(tmp_path):
@@ -699,6 +748,15 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
         for variant, factor in (("linen", 1.0), ("torch", 1.5)):  # the re-run, medium only: exp1 keeps small
             fake_run(runs_dir / "headline" / f"r{seed}", variant, "CartPole-v1", "medium", seed, 10.0,
                      [x * factor for x in ITERATIONS])
+        # each framework's own env: torch on Gymnax through DLPack is not in that regime, its env in torch is
+        for variant, factor in (("linen", 1.0), ("torch", 0.5), ("torch_compile-torchenv", 1.2 + seed / 10)):
+            fake_run(runs_dir / "torchenv" / f"r{seed}", variant, "Acrobot-v1", "small", seed, 10.0,
+                     [x * factor for x in ITERATIONS], synced=True)
+        # the compiled CPU-env session supersedes the pixels experiment's Atari runs
+        for variant, factor in (("linen_gymnasium-envpool", 2.0), ("torch_gymnasium-envpool", 1.0),
+                                ("torch_compile_gymnasium-envpool", 0.8)):
+            fake_run(runs_dir / "cpucompile" / f"r{seed}" / "atari", variant, "Breakout-v5", "cnn", seed, 10.0,
+                     [x * factor for x in ITERATIONS], synced=True)
     fake_run(runs_dir / "exp1" / "r1", "linen", "CartPole-v1", "medium", 1, 10.0, ITERATIONS)  # torch never ran
     fake_run(runs_dir / "pixels" / "r4" / "atari", "torch_gymnasium-envpool", "Breakout-v5", "cnn", 4, 10.0,
              ITERATIONS[:10], synced=True)  # too short for a steady state: not among the runs behind the ratio
@@ -711,12 +769,13 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
              else row["why"], row["runs"]) for row in rows] == [
         ("JAX env, small model", "equinox", "torch_compile", "2.443", 6),
         ("JAX env, medium model", "linen", "torch", "1.500", 6),
+        ("each framework's own env, small model", "linen", "torch_compile-torchenv", "1.398", 6),
         ("expensive JAX env", None, None, "not decided: its runs are too short for a steady state", 2),
         ("continuous actions, JAX env", None, None, "not decided: fewer than 3 repeats (or envs) of both frameworks", 2),
-        ("pixels, Atari", "torch_gymnasium-envpool", "linen_gymnasium-envpool", "2.000", 6)]
-    assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in 2 of the 3 regimes decided "
-                                     "(PyTorch's fastest variant took 1.50x to 2.44x as long); PyTorch was the fastest "
-                                     "in one: pixels, Atari (JAX's fastest variant took 2.00x as long). 2 more regimes "
+        ("pixels, Atari", "torch_compile_gymnasium-envpool", "linen_gymnasium-envpool", "2.500", 6)]
+    assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in 3 of the 4 regimes decided "
+                                     "(PyTorch's fastest variant took 1.40x to 2.44x as long); PyTorch was the fastest "
+                                     "in one: pixels, Atari (JAX's fastest variant took 2.50x as long). 2 more regimes "
                                      "ran without a verdict (the table says why).")
 
 

@@ -41,16 +41,40 @@ def test_full_schedule():
     # envpool on the 3 classic-control envs) x 2 sizes x 2 batch shapes = (8 + 2 * 6 + 4 * 4) x 4;
     # envscale: (CartPole's 8 + Breakout's 4 variants, and each env alone: CartPole 4 ways, Breakout 2)
     # x 9 counts; agents: CartPole-v1 and Breakout-MinAtar x (4 batched variants x 4 counts + 4 single-agent);
-    # expensive: the two Craftax envs and three cheap ones x 6 variants x 2 sizes
+    # expensive: the two Craftax envs and three cheap ones x 6 variants x 2 sizes; torchenv: 3 envs x 6
+    # variants x 2 sizes, and each env alone 4 ways at 4 counts; cpucompile: 3 variants x (4 envs in the
+    # loop, CartPole through EnvPool, Atari)
     assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 144,
                                      "envscale": (8 + 4 + 4 + 2) * 9, "agents": 2 * (4 * 4 + 4),
-                                     "expensive": 5 * 6 * 2}
+                                     "expensive": 5 * 6 * 2, "torchenv": 3 * 6 * 2 + 3 * 4 * 4, "cpucompile": 3 * 6}
     assert all("--sync-timing" in line for line in lines
                if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")) and "env_alone.py" not in line)
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
     assert len(set(lines)) == len(lines)
     assert "python ppo_torch.py --no-jit-env --env-id Freeway-MinAtar --model small --seed 1 " \
            "--log-dir runs/exp2/r1 --sync-timing" in "\n".join(lines)
+
+
+def test_torchenv_and_cpucompile_plans():
+    """torchenv: every training run synced, 20 iterations; the env-alone runs each in its count's folder,
+    only on envs with a torch twin; --env-counts and --iterations apply. cpucompile: Atari at CleanRL's batch
+    with the CNN in its folder, the rest at the scripts' batch, compiled and eager beside Linen."""
+    lines = planned("torchenv")
+    trained = [line for line in lines if "env_alone.py" not in line]
+    assert len(trained) == 36 and all("--sync-timing" in l and "--num-iterations 20" in l for l in trained)
+    assert sum("ppo_torch_compile.py --torch-env" in l for l in trained) == 6
+    alone = [line for line in lines if "env_alone.py" in line]
+    assert {l.split("--backend ")[1].split()[0] for l in alone} == {"gymnax", "gymnax-dlpack", "torch", "torch-compile"}
+    assert all(f"alone/envs{l.split('--num-envs ')[1].split()[0]}" in l for l in alone)
+    counts = planned("torchenv", "--env-counts", "64", "--iterations", "30")
+    assert {l.split("--num-envs ")[1].split()[0] for l in counts if "env_alone.py" in l} == {"64"}
+    assert all("--num-iterations 30" in l for l in counts if "env_alone.py" not in l)
+    assert not planned("torchenv", "--envs", "Breakout-MinAtar")  # no torch twin: nothing to plan
+    lines = planned("cpucompile")
+    atari = [line for line in lines if "Breakout-v5" in line]
+    assert len(atari) == 3 and all("--model cnn" in l and "/atari" in l and "--num-envs 8" in l for l in atari)
+    assert {l.split()[3] for l in lines} == {"ppo_torch_gymnasium.py", "ppo_torch_compile_gymnasium.py",
+                                             "ppo_linen_gymnasium.py"}
 
 
 def test_agents_runs_each_count_in_its_folder_and_the_baseline_once():
@@ -230,7 +254,7 @@ def test_tuning_runs_each_setting_in_its_folder():
 def test_filters():
     assert per_experiment(planned("sweep", "--envs", "CartPole-v1,Acrobot-v1", "--models", "small")) == \
         {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": (8 + 6) * 2, "envscale": (8 + 6 + 4 + 3) * 9,
-         "agents": 2 * (4 * 4 + 4), "expensive": 6}
+         "agents": 2 * (4 * 4 + 4), "expensive": 6, "torchenv": 2 * 6 + 2 * 4 * 4, "cpucompile": 3 * 2 + 3}
     lines = planned("exp2", "--variants", "linen,torch_compile")
     assert len(lines) == 24 and all("ppo_linen.py" in x or "ppo_torch_compile.py" in x for x in lines)
     assert len(planned("exp1", "--envs", "extra", "--models", "large")) == 7 * 6

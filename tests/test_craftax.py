@@ -12,8 +12,10 @@ ENV_ID = "Craftax-Classic-Symbolic-v1"
 
 
 def helpers_section(script: str) -> str:
+    """The Gymnax environment helpers: the section, up to the envs in torch where a torch script has them."""
     source = (ROOT / script).read_text()
-    return source[source.index("# %% environment helpers"):source.index("# %% model")]
+    end = source.index("# The envs in torch") if "# The envs in torch" in source else source.index("# %% model")
+    return source[source.index("# %% environment helpers"):end]
 
 
 def test_gymnax_scripts_share_one_environment_helpers():

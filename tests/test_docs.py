@@ -110,7 +110,8 @@ def variants(script) -> set[str]:
             for values in itertools.product(*choices)}
 
 
-SUFFIXES = ("-nojitenv", "-nojit", "-grads", "-grads+policy", "-update", "-update+policy")  # what toggles append
+SUFFIXES = ("-nojitenv", "-nojit", "-grads", "-grads+policy", "-update", "-update+policy", "-torchenv",  # what toggles
+            "-async", "-vector", "-envpool", "-default", "-reduce-overhead", "-max-autotune", "-none")     # append
 
 
 def listed(name: str, row: str) -> bool:
@@ -129,8 +130,9 @@ def test_every_variant_is_in_the_scripts_table(script):
 def test_preset_table_counts_what_bench_plans():
     text = (ROOT / "docs" / "benchmark.md").read_text()
     rows = dict(re.findall(r"^\| `([\w-]+)` \| (\d+) \|", text, flags=re.M))
-    assert set(rows) == {"warmup", "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "tuning",
-                         "continuous", "continuous-learning", "pixels", "pixels-learning", "gpu", "sweep", "quick"}
+    assert set(rows) == {"warmup", "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "torchenv",
+                         "cpucompile", "tuning", "continuous", "continuous-learning", "pixels", "pixels-learning", "gpu",
+                         "sweep", "quick"}
     for preset, count in rows.items():
         assert len(planned(preset)) == int(count), f"docs/benchmark.md: {preset} plans {len(planned(preset))} runs"
     seeds = re.search(r"benchback-rl's three experiments \((\d+) runs\)", text)

@@ -399,7 +399,10 @@ def test_normalizer_matches_reference(script):
     """The script's Normalizer against the reference's, step by step: 30 steps of 8 envs, far from
     mean 0 and variance 1, a tenth of the steps terminated (the only cut of the discounted return),
     an outlier beyond the +-10 clip last; frozen statistics scale without changing."""
+    import jax.numpy as jnp
+
     m, rng = load(script), np.random.default_rng(5)
+    given = np.asarray if script in GYMNASIUM_SCRIPTS else jnp.asarray  # what the script's env step hands it
     norm = m.Normalizer.start(3, NUM_ENVS)
     obs_stats, return_stats, discounted = ref.Running.start((3,)), ref.Running.start(), np.zeros(NUM_ENVS)
     for t in range(30):
@@ -408,13 +411,13 @@ def test_normalizer_matches_reference(script):
         terminated = rng.random(NUM_ENVS) < 0.1
         if t == 29:  # an outlier each, beyond the clip
             obs[0, 0], reward[0] = 1e4, 1e5
-        norm, got_obs = norm.observe(obs)
+        norm, got_obs = norm.observe(given(obs))
         obs_stats, want_obs = ref.normalize_obs(obs_stats, obs)
-        norm, got_reward = norm.scale(reward, terminated, 0.99)
+        norm, got_reward = norm.scale(given(reward), given(terminated), 0.99)
         return_stats, discounted, want_reward = ref.scale_reward(return_stats, discounted, reward, terminated, 0.99)
         np.testing.assert_allclose(np.asarray(got_obs), want_obs, rtol=1e-4, atol=1e-4, err_msg=f"step {t}")
         np.testing.assert_allclose(np.asarray(got_reward), want_reward, rtol=1e-4, atol=1e-4, err_msg=f"step {t}")
     assert want_obs[0, 0] == 10 and want_reward[0] == 10, "the outliers are clipped"
-    frozen, scaled = norm.observe(obs, learn=False)
+    frozen, scaled = norm.observe(given(obs), learn=False)
     np.testing.assert_array_equal(np.asarray(frozen.obs.mean), np.asarray(norm.obs.mean))
     np.testing.assert_allclose(np.asarray(scaled), ref.normalize_obs(obs_stats, obs, update=False)[1], rtol=1e-4, atol=1e-4)

@@ -153,7 +153,9 @@ def test_reset_steps_weigh_nothing(script, problem):  # noqa: F811
 
 @pytest.mark.parametrize("backend,env_id", [("gymnax", "CartPole-v1"), ("gymnax", "Pendulum-v1"), ("sync", "CartPole-v1"),
                                             ("async", "Pendulum-v1"), ("vector", "CartPole-v1"),
-                                            ("envpool", "HalfCheetah-v5"), ("mjx", "HalfCheetah-v5")])
+                                            ("envpool", "HalfCheetah-v5"), ("mjx", "HalfCheetah-v5"),
+                                            ("torch", "Pendulum-v1"), ("torch-compile", "Acrobot-v1"),
+                                            ("gymnax-dlpack", "CartPole-v1")])
 def test_env_alone_writes_a_run_the_analysis_reads(backend, env_id, tmp_path):
     """env_alone.py, the env-scaling chart's env-alone lines: a run directory like the scripts'
     (run.json, summary.json, one time/rollout per iteration) that analyze.py loads; random actions
@@ -171,7 +173,8 @@ def test_env_alone_writes_a_run_the_analysis_reads(backend, env_id, tmp_path):
 
 
 @pytest.mark.parametrize("backend,env_id,offered", [("envpool", "Breakout-MinAtar", "CartPole-v1"),
-                                                    ("mjx", "CartPole-v1", "HalfCheetah-v5")])
+                                                    ("mjx", "CartPole-v1", "HalfCheetah-v5"),
+                                                    ("torch", "Breakout-MinAtar", "CartPole-v1")])
 def test_env_alone_refuses_what_a_backend_does_not_offer(backend, env_id, offered, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "env_alone.py"), "--backend", backend, "--env-id",
                            env_id, "--log-dir", str(tmp_path / "runs")],
