@@ -43,7 +43,8 @@ Presets (default: sweep)
              in one scan, Gymnax a call per step through DLPack, the torch env eager and compiled,
              at --num-envs 32, 256, 1024 and 4096 (or --env-counts)
     cpucompile the CPU-env regimes with compiled PyTorch beside eager: {torch, torch_compile,
-             linen}_gymnasium on CartPole-v1 and Acrobot-v1 in Gymnasium's loop, on CartPole-v1
+             linen}_gymnasium, and torch_compile_gymnasium at --compile-scope update (-update: the
+             policy step eager), on CartPole-v1 and Acrobot-v1 in Gymnasium's loop, on CartPole-v1
              through EnvPool (-envpool), on Pendulum-v1 and HalfCheetah-v5 (MuJoCo) in the loop,
              small, and on Atari's Breakout-v5 through EnvPool with the CNN at CleanRL's Atari
              batch (subfolder atari); --sync-timing, 20 iterations (or --iterations)
@@ -114,7 +115,8 @@ Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_compile-torchenv torch_gymnasium torch_gymnasium-vector
   torch_gymnasium-envpool torch_gymnasium-async torch_compile_gymnasium torch_compile_gymnasium-vector
-  torch_compile_gymnasium-envpool torch_compile_gymnasium-async linen_gymnasium linen_gymnasium-vector
+  torch_compile_gymnasium-envpool torch_compile_gymnasium-async torch_compile_gymnasium-update
+  torch_compile_gymnasium-envpool-update linen_gymnasium linen_gymnasium-vector
   linen_gymnasium-envpool linen_gymnasium-async linen_gymnasium-nojit
   linen_agents nnx_agents torch_agents torch_agents_compile (with --num-agents: agents)
   env-gymnax env-sync env-async env-vector env-envpool env-mjx env-torch env-torch-compile
@@ -171,7 +173,9 @@ OWN_ENV_ENVS=(CartPole-v1 Acrobot-v1 Pendulum-v1)                               
 OWN_ENV_VARIANTS=(linen nnx torch torch_compile torch-torchenv torch_compile-torchenv)
 OWN_ENV_ALONE=(env-gymnax env-gymnax-dlpack env-torch env-torch-compile)
 OWN_ENV_COUNTS=(32 256 1024 4096)
-COMPILED_CPU=(torch_gymnasium torch_compile_gymnasium linen_gymnasium)                     # cpucompile
+COMPILED_CPU=(torch_gymnasium torch_compile_gymnasium torch_compile_gymnasium-update linen_gymnasium)  # cpucompile
+COMPILED_ENVPOOL=(torch_gymnasium-envpool torch_compile_gymnasium-envpool torch_compile_gymnasium-envpool-update
+                  linen_gymnasium-envpool)
 CRAFTAX_ENVS=(Craftax-Classic-Symbolic-v1 Craftax-Symbolic-v1)
 EXPENSIVE_ENVS=(CartPole-v1 Breakout-MinAtar Asterix-MinAtar "${CRAFTAX_ENVS[@]}")  # cheap ones as the yardstick
 TUNING=(linen:xla-n linen:xla-1 torch:xla-n torch:xla-1 torch:torch-1 torch:omp-passive    # tuning: variant:setting
@@ -214,6 +218,9 @@ variant_command() {
     torch_compile_gymnasium) echo "ppo_torch_compile_gymnasium.py" ;;
     torch_compile_gymnasium-vector|torch_compile_gymnasium-envpool|torch_compile_gymnasium-async)
       echo "ppo_torch_compile_gymnasium.py --vectorization ${1#*-}" ;;
+    torch_compile_gymnasium-update) echo "ppo_torch_compile_gymnasium.py --compile-scope update" ;;
+    torch_compile_gymnasium-envpool-update)
+      echo "ppo_torch_compile_gymnasium.py --vectorization envpool --compile-scope update" ;;
     linen_gymnasium) echo "ppo_linen_gymnasium.py" ;;
     linen_gymnasium-vector|linen_gymnasium-envpool|linen_gymnasium-async) echo "ppo_linen_gymnasium.py --vectorization ${1#*-}" ;;
     linen_gymnasium-nojit) echo "ppo_linen_gymnasium.py --no-jit" ;;
@@ -229,7 +236,7 @@ die() { echo "bench.sh: $*" >&2; exit 2; }
 offers() {  # whether variant $1 can step env $2: a vectorization offers only some envs
   case $1 in
     *-vector) contains "$2" "${VECTOR_ENVS[@]}" ;;
-    *-envpool) contains "$2" "${ENVPOOL_ENVS[@]}" ;;
+    *-envpool|*-envpool-*) contains "$2" "${ENVPOOL_ENVS[@]}" ;;
     env-mjx) [[ $2 == HalfCheetah-v5 ]] ;;  # env_alone.py's MJX line
     *-torchenv|env-torch|env-torch-compile) contains "$2" "${TORCH_ENV_ENVS[@]}" ;;  # the envs written in torch
     env-gymnax|env-gymnax-dlpack) ! contains "$2" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;
@@ -436,9 +443,9 @@ for r in $(seq 1 "$repeats"); do
       cpucompile)
         add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 Acrobot-v1 Pendulum-v1 HalfCheetah-v5 -- \
           "${COMPILED_CPU[@]}" -- small
-        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 -- "${COMPILED_CPU[@]/%/-envpool}" -- small
+        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 -- "${COMPILED_ENVPOOL[@]}" -- small
         add cpucompile "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 -- \
-          "${COMPILED_CPU[@]/%/-envpool}" -- cnn ;;
+          "${COMPILED_ENVPOOL[@]}" -- cnn ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
