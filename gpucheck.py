@@ -3,7 +3,8 @@
     bash bench.sh gpucheck            # or: python gpucheck.py --log-dir runs/gpucheck
 
 A few minutes: each of the six Gymnax scripts trains CartPole-v1 for a few iterations in a fresh
-process, saves its model and plays greedy episodes, and this prints one line per check:
+process, saves its model and plays greedy episodes (and the two torch scripts again with --torch-env,
+the env written in torch), and this prints one line per check:
 
 - the run is on the GPU (run.json names it) and writes memory/peak_device_mb, within the card;
 - torch scripts: torch and JAX on the same GPU, DLPack handing arrays over without a copy
@@ -11,7 +12,7 @@ process, saves its model and plays greedy episodes, and this prints one line per
 - torch scripts: device-to-host copies per iteration after the warm-up, counted by torch's
   profiler (CUPTI, which sees JAX's copies too): the one fetch of the iteration's statistics;
 - ppo_torch_compile.py (mode reduce-overhead on CUDA): after the warm-up, CUDA graphs are
-  replayed and none is recorded again;
+  replayed and none is recorded again (with --torch-env: the policy and env step's graph too);
 - the float32 matmul precision each framework reports for --matmul-precision float32 and tf32,
   and the error it gives against float64: full float32 in both, and the same choice in both.
 
@@ -34,7 +35,8 @@ import tyro
 from calibrate import script
 
 ROOT = Path(__file__).resolve().parent
-SCRIPTS = ("ppo_linen.py", "ppo_nnx.py", "ppo_nnx_cached.py", "ppo_equinox.py", "ppo_torch.py", "ppo_torch_compile.py")
+SCRIPTS = ("ppo_linen.py", "ppo_nnx.py", "ppo_nnx_cached.py", "ppo_equinox.py", "ppo_torch.py", "ppo_torch_compile.py",
+           "ppo_torch.py --torch-env", "ppo_torch_compile.py --torch-env")  # a script and its flags
 WARMUP, PROFILED = 4, 3  # iterations before the profiler starts (compiling, graph recording), and profiled
 HOST_READS = 1  # device-to-host copies allowed per iteration: the stacked statistics' one fetch
 PROBE_SECONDS = 300  # a fresh process's limit: torch.compile compiles cold in it
@@ -78,8 +80,9 @@ def probe_precision() -> dict:
     return facts
 
 
-def probe_script(name: str, log_dir: str) -> dict:
-    """Runs a script's own main on CartPole-v1, profiling its last iterations (torch scripts)."""
+def probe_script(what: str, log_dir: str) -> dict:
+    """Runs a script's own main (with its flags) on CartPole-v1, profiling its last iterations (torch scripts)."""
+    name, *flags = what.split()
     module = script(name)  # a torch script sets XLA_PYTHON_CLIENT_PREALLOCATE before it imports jax
     import jax
 
@@ -114,10 +117,11 @@ def probe_script(name: str, log_dir: str) -> dict:
             return result
 
         module.RunLog.iteration, module.train = iteration, profiled_train
-    sys.argv = [name, "--env-id", "CartPole-v1", "--num-iterations", str(WARMUP + PROFILED), "--log-dir", log_dir,
-                "--eval-episodes", "2", "--save-model"]
+    sys.argv = [name, *flags, "--env-id", "CartPole-v1", "--num-iterations", str(WARMUP + PROFILED), "--log-dir",
+                log_dir, "--eval-episodes", "2", "--save-model"]
     module.main()
-    run_dir = max(Path(log_dir).glob(f"CartPole-v1__{module.variant_name(module.Args())}*"), key=os.path.getmtime)
+    variant = module.variant_name(tyro.cli(module.Args, args=flags))
+    run_dir = max(Path(log_dir).glob(f"CartPole-v1__{variant}__*"), key=os.path.getmtime)
     facts |= {"run_dir": str(run_dir), "device": json.loads((run_dir / "run.json").read_text())["device"],
               "complete": (run_dir / "summary.json").exists(), "peak_device_mb": module.peak_device_mb()}
     if torch_script:
@@ -171,7 +175,7 @@ def checks_of(name: str, facts: dict) -> list[tuple[bool, str, str]]:
     out.append((facts["device_to_host"] <= HOST_READS, "host reads per iteration",
                 f"{facts['device_to_host']:g} device-to-host copies (at most {HOST_READS}), "
                 f"{facts['host_to_device']:g} host-to-device, {facts['synchronize']:g} synchronize calls"))
-    if name == "ppo_torch_compile.py":
+    if name.split()[0] == "ppo_torch_compile.py":
         graphs = facts["graphs"]
         out.append((graphs.get("profiled replay", 0) > 0 and not graphs.get("profiled capture_begin", 0),
                     "CUDA graphs replayed, none recorded after the warm-up",

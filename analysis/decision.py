@@ -14,8 +14,10 @@ from .stats import geomean, pair_ratios, ratio_cell, ratio_row, repeat_of
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
 OWN_ENV = ("linen", "nnx", "torch-torchenv", "torch_compile-torchenv")  # each steps the env in its own language
-LOOP = ("torch_gymnasium", "torch_compile_gymnasium", "linen_gymnasium")  # a CPU env in Gymnasium's loop
-ENVPOOL = tuple(f"{v}-envpool" for v in LOOP)
+# a CPU env in Gymnasium's loop and through EnvPool: eager, compiled (and its policy step eager), Linen
+LOOP = ("torch_gymnasium", "torch_compile_gymnasium", "torch_compile_gymnasium-update", "linen_gymnasium")
+ENVPOOL = ("torch_gymnasium-envpool", "torch_compile_gymnasium-envpool", "torch_compile_gymnasium-envpool-update",
+           "linen_gymnasium-envpool")
 MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats
 
 
@@ -61,9 +63,8 @@ REGIMES = [
            "time per agent", "agents", None, PER_AGENT),
     Regime("continuous actions, JAX env", "Pendulum-v1 in Gymnax, a Gaussian policy, small model", "continuous",
            lambda r: r.model == "small" and r.env_id == "Pendulum-v1" and r.variant in JAX_ENV),
-    Regime("continuous actions, MuJoCo", "HalfCheetah-v5 (MuJoCo's C engine) and Pendulum-v1 in Gymnasium's loop, "
-           "small model", "cpucompile, continuous", lambda r: r.model == "small" and r.variant in LOOP and r.env_id in (
-               "HalfCheetah-v5", "Pendulum-v1")),
+    Regime("continuous actions, MuJoCo", "HalfCheetah-v5, MuJoCo's C engine in Gymnasium's loop, small model",
+           "cpucompile, continuous", lambda r: r.model == "small" and r.variant in LOOP and r.env_id == "HalfCheetah-v5"),
     Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN", "pixels",
            lambda r: r.model == "cnn" and r.variant in JAX_ENV),
     Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN, CleanRL's Atari batch",

@@ -138,84 +138,109 @@ def rows_of(ratios: dict, keep=lambda key: True) -> dict:
 
 
 def evidence(name: str, rows: dict) -> str:
-    return f"{name}: " + ", ".join(f"{' '.join(map(str, key))} {row['median']:.2f}x ({row['min']:.2f}–{row['max']:.2f})"
-                                   for key, row in sorted(rows.items()))
+    cell = lambda key, row: f"{' '.join(map(str, key))} {row['median']:.2f}x ({row['min']:.2f}–{row['max']:.2f})"
+    return f"{name}: " + ", ".join(cell(key, row) for key, row in sorted(rows.items()))
 
 
 def torchenv_claims(ratios, own_over_gymnax, alone, out):
-    """What results.md says of these tables, each decided on every env and model from the range over
-    repeats: whether the env in torch beats Gymnax through DLPack (rollout, iteration), and where each
-    torch variant then stands against Linen."""
+    """What results.md says of these tables, each decided from the ranges over repeats: whether the env in
+    torch beats Gymnax through DLPack (rollout, iteration; at each model size and at both), where each torch
+    variant then stands against Linen, and how each env alone compares at the fewest and the most envs."""
+    def decide(name, ratios, keep=lambda key: True):
+        """(faster in every repeat everywhere, slower so, the evidence)."""
+        rows = rows_of(ratios, keep)
+        faster, slower = (bool(rows) and all(below(*pair(row)) for row in rows.values())
+                          for pair in (lambda row: (row, 1), lambda row: (1, row)))
+        return faster, slower, evidence(name, rows)
+
     for v in OWN:
         for part, word in (("rollout", "rollout"), ("steady iteration", "iteration")):
-            rows = rows_of(own_over_gymnax[(v, part)])
-            said = evidence(f"{OWN[v]} / {v}, {part}", rows)
-            out.claim(f"{OWN[v]}-{word}-faster-than-gymnax", rows and all(below(row, 1) for row in rows.values()),
-                      ("faster",), said)
-            out.claim(f"{OWN[v]}-{word}-slower-than-gymnax", rows and all(below(1, row) for row in rows.values()),
-                      ("slower",), said)
-        for part, word in (("rollout", "rollout"), ("steady iteration", "iteration")):
-            rows = rows_of(ratios[(OWN[v], part)])
-            said = evidence(f"{OWN[v]} / {REFERENCE}, {part}", rows)
-            out.claim(f"{OWN[v]}-{word}-slower-than-linen", rows and all(below(1, row) for row in rows.values()),
-                      ("slower",), said)
-            out.claim(f"{OWN[v]}-{word}-faster-than-linen", rows and all(below(row, 1) for row in rows.values()),
-                      ("faster",), said)
-    if alone:
-        for a, b in (("env-torch-compile", "env-gymnax-dlpack"), ("env-torch", "env-gymnax-dlpack"),
-                     ("env-torch-compile", "env-torch"), ("env-torch-compile", "env-gymnax")):
-            rows = rows_of(alone_ratios(alone, a, b))
-            said = evidence(f"{a} / {b}, time per env step", rows)
-            out.claim(f"{a}-faster-than-{b}-alone", rows and all(below(row, 1) for row in rows.values()),
-                      ("faster",), said)
-            out.claim(f"{a}-slower-than-{b}-alone", rows and all(below(1, row) for row in rows.values()),
-                      ("slower",), said)
+            for model in ("small", "medium", None):
+                at = f"-{model}" if model else ""
+                faster, slower, said = decide(f"{OWN[v]} / {v}, {part}", own_over_gymnax[(v, part)],
+                                              lambda key: model is None or key[1] == model)
+                out.claim(f"{OWN[v]}-{word}-faster-than-gymnax{at}", faster, ("faster",), said)
+                out.claim(f"{OWN[v]}-{word}-slower-than-gymnax{at}", slower, ("slower",), said)
+                level = [row for key, row in rows_of(own_over_gymnax[(v, part)]).items() if model in (None, key[1])]
+                out.claim(f"{OWN[v]}-{word}-level-with-gymnax{at}", level and all(
+                    not_below(row, 1) and not_below(1, row) for row in level), ("level",), said)
+            faster, slower, said = decide(f"{OWN[v]} / {REFERENCE}, {part}", ratios[(OWN[v], part)])
+            out.claim(f"{OWN[v]}-{word}-slower-than-linen", slower, ("slower",), said)
+            out.claim(f"{OWN[v]}-{word}-faster-than-linen", faster, ("faster",), said)
+    if not alone:
+        return
+    counts = sorted({num_envs(r) for r in alone})
+    second = counts[min(1, len(counts) - 1)]
+    for a, b in (("env-torch-compile", "env-gymnax-dlpack"), ("env-torch", "env-gymnax-dlpack"),
+                 ("env-torch-compile", "env-torch"), ("env-torch-compile", "env-gymnax")):
+        pair = alone_ratios(alone, a, b)
+        for where, keep in ((f"at-{counts[0]}", lambda key: key[1] == counts[0]),
+                            (f"at-{counts[-1]}", lambda key: key[1] == counts[-1]),
+                            (f"from-{second}", lambda key: key[1] >= second)):
+            faster, slower, said = decide(f"{a} / {b}, time per env step", pair, keep)
+            out.claim(f"{a}-faster-than-{b}-alone-{where}", faster, ("faster",), said)
+            out.claim(f"{a}-slower-than-{b}-alone-{where}", slower, ("slower",), said)
 
 
 # ---- the CPU-env regimes with compiled PyTorch (bench.sh cpucompile)
 EAGER_CPU, COMPILED_CPU, LINEN_CPU = "torch_gymnasium", "torch_compile_gymnasium", "linen_gymnasium"
+SCOPES = {"": "update, policy step", "-update": "update; policy step eager"}  # the compiled script's scopes
 # each kind of CPU env the decision table has a regime for: its name in the claims, its envs, the variants' suffix
 KINDS = {"Gymnasium's loop": ("loop", ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar"), ""),
          "EnvPool": ("envpool", ("CartPole-v1", "Acrobot-v1"), "-envpool"),
-         "MuJoCo, and Pendulum in the loop": ("mujoco", ("Pendulum-v1", "HalfCheetah-v5"), ""),
+         "MuJoCo": ("mujoco", ("HalfCheetah-v5",), ""),
+         "Pendulum in the loop": ("pendulum", ("Pendulum-v1",), ""),
          "Atari through EnvPool, the CNN": ("atari", ("Breakout-v5",), "-envpool")}
 
 
 def kind_runs(runs, kind: str) -> list:
+    """The kind's runs: eager, each compiled scope and Linen, on its envs."""
     _, envs, suffix = KINDS[kind]
-    return [r for r in runs if r.env_id in envs and r.variant in {v + suffix for v in (EAGER_CPU, COMPILED_CPU, LINEN_CPU)}]
+    variants = {EAGER_CPU + suffix, LINEN_CPU + suffix} | {COMPILED_CPU + suffix + scope for scope in SCOPES}
+    return [r for r in runs if r.env_id in envs and r.variant in variants]
 
 
 def cpucompile_section(runs, out):
     out.heading("Compiled PyTorch on CPU envs",
-                "The CPU-env regimes again, compiled PyTorch (ppo_torch_compile_gymnasium.py: GAE, the policy step and "
-                "the whole minibatch step compiled) beside eager and Linen, in one shuffled session (bench.sh "
-                "cpucompile: Gymnasium's loop on CartPole-v1 and Acrobot-v1, EnvPool on CartPole-v1, Pendulum-v1 and "
-                "MuJoCo's HalfCheetah-v5 in the loop, at the scripts' batch, small model; Atari's Breakout-v5 through "
-                "EnvPool with the Nature CNN at CleanRL's Atari batch; synced). Steady state: iterations 8..end.",
-                sessions_note(runs))
+                "The CPU-env regimes again, compiled PyTorch (ppo_torch_compile_gymnasium.py: GAE and the whole "
+                "minibatch step compiled, and the policy step too unless --compile-scope update) beside eager and "
+                "Linen, in one shuffled session (bench.sh cpucompile: Gymnasium's loop on CartPole-v1 and Acrobot-v1, "
+                "EnvPool on CartPole-v1, Pendulum-v1 and MuJoCo's HalfCheetah-v5 in the loop, at the scripts' batch, "
+                "small model; Atari's Breakout-v5 through EnvPool with the Nature CNN at CleanRL's Atari batch; "
+                "synced). Steady state: iterations 8..end.", sessions_note(runs))
     rows, found = [], {}
-    for kind, (_, envs, suffix) in KINDS.items():
+    for kind, (slug, _, suffix) in KINDS.items():
         sel = kind_runs(runs, kind)
-        compiled, eager, linen = (v + suffix for v in (COMPILED_CPU, EAGER_CPU, LINEN_CPU))
-        pairs = {part: pair_ratios(sel, compiled, eager, value) for part, value in PARTS.items()}
-        over_linen = {v: pair_ratios(sel, v, linen, ITERATION) for v in (eager, compiled)}
-        found[kind] = (pairs, over_linen)
-        for env, model in sorted({(r.env_id, r.model) for r in sel}):
-            cell = lambda ratios: median_range(ratios[(env, model)], ratio=True) if (env, model) in ratios else "not run"
-            rows.append([kind, env, model, median_of([r for r in sel if (r.env_id, r.model, r.variant) == (env, model, linen)],
-                                                     ITERATION),
-                         *(cell(pairs[part]) for part in PARTS), *(cell(over_linen[v]) for v in (eager, compiled))])
-    out.table("Compiled over eager PyTorch on CPU envs, and each over Linen: time of A / time of B, median (range, n "
-              "repeats); Linen's steady seconds per iteration",
-              ["env kind", "env", "model", "Linen s/iter", "compiled / eager, iteration", "compiled / eager, rollout",
-               "compiled / eager, update", "eager / Linen, iteration", "compiled / Linen, iteration"],
-              rows, block="cpucompile")
-    for kind, (pairs, over_linen) in found.items():
-        slug = KINDS[kind][0]
-        iteration = rows_of(pairs["steady iteration"])
-        out.claim(f"compiled-faster-than-eager-{slug}", iteration and all(below(r, 1) for r in iteration.values()),
-                  ("faster",), evidence(f"{kind}: compiled / eager, iteration", iteration))
-        out.claim(f"compiled-not-faster-than-eager-{slug}", iteration and all(
-            not_below(r, 1) for r in iteration.values()), ("faster",),
-            evidence(f"{kind}: compiled / eager, iteration", iteration))
+        eager, linen = EAGER_CPU + suffix, LINEN_CPU + suffix
+        for scope, what in SCOPES.items():
+            compiled = COMPILED_CPU + suffix + scope
+            pairs = {part: pair_ratios(sel, compiled, eager, value) for part, value in PARTS.items()}
+            over_linen = {v: pair_ratios(sel, v, linen, ITERATION) for v in (eager, compiled)}
+            found[(kind, scope)] = pairs["steady iteration"]
+            for env, model in sorted({(r.env_id, r.model) for r in sel if r.variant == compiled}):
+                cell = lambda x: median_range(x[(env, model)], ratio=True) if (env, model) in x else "not run"
+                linen_runs = [r for r in sel if (r.env_id, r.model, r.variant) == (env, model, linen)]
+                rows.append([kind, env, model, what, median_of(linen_runs, ITERATION), *(cell(pairs[p]) for p in PARTS),
+                             *(cell(over_linen[v]) for v in (eager, compiled))])
+        out.claim(f"policy-step-eager-faster-{slug}", *scope_claim(sel, suffix, below))
+        out.claim(f"policy-step-eager-not-faster-{slug}", *scope_claim(sel, suffix, not_below))
+    out.table("Compiled over eager PyTorch on CPU envs, at each compile scope, and each over Linen: time of A / "
+              "time of B, median (range, n repeats); Linen's steady seconds per iteration",
+              ["env kind", "env", "model", "compiled", "Linen s/iter", "compiled / eager, iteration",
+               "compiled / eager, rollout", "compiled / eager, update", "eager / Linen, iteration",
+               "compiled / Linen, iteration"], rows, block="cpucompile")
+    for (kind, scope), ratios in found.items():
+        name, rows = f"{KINDS[kind][0]}{scope}", rows_of(ratios)
+        said = evidence(f"{kind}: compiled ({SCOPES[scope]}) / eager, iteration", rows)
+        out.claim(f"compiled-faster-than-eager-{name}", rows and all(below(r, 1) for r in rows.values()), ("faster",),
+                  said)
+        out.claim(f"compiled-not-faster-than-eager-{name}", rows and all(not_below(r, 1) for r in rows.values()),
+                  ("faster",), said)
+
+
+def scope_claim(runs, suffix: str, rule) -> tuple:
+    """The compiled script with its policy step eager against it compiled, steady iteration, by the rule
+    (below: faster in every repeat on every env; not_below: not so on any)."""
+    rows = rows_of(pair_ratios(runs, COMPILED_CPU + suffix + "-update", COMPILED_CPU + suffix, ITERATION))
+    return (rows and all(rule(r, 1) for r in rows.values()), ("faster",),
+            evidence("compiled, policy step eager / compiled, iteration", rows))

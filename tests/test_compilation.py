@@ -77,6 +77,7 @@ def dynamo_graphs(monkeypatch, tmp_path):
 
 TORCH_COMPILED = [("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads"}, 2),
                   ("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads+policy"}, 3),
+                  ("ppo_torch_compile_gymnasium.py", {"compile_mode": "default", "compile_scope": "grads+policy"}, 3),
                   ("ppo_torch_agents.py", {"compile": True, "num_agents": 2}, 3),
                   # the Gaussian head: its sampling, log-probabilities and entropy compile as one graph too
                   ("ppo_torch_compile.py", {"compile_mode": "default", "compile_scope": "grads+policy",
@@ -112,9 +113,11 @@ def test_torch_compile_whole_update_breaks_only_in_torch_optim(tmp_path, dynamo_
     assert breaks and all("Optimizer.zero_grad" in why or "graph_break()" in why for why in breaks), dict(breaks)
 
 
-def test_compile_mode_none_is_the_eager_script(tmp_path):
-    eager = scalars(run_ok("ppo_torch.py", *TINY, log_dir=tmp_path / "eager"))
-    none = scalars(run_ok("ppo_torch_compile.py", *TINY, "--compile-mode", "none", log_dir=tmp_path / "none"))
+@pytest.mark.parametrize("eager_script, compiled_script", [("ppo_torch.py", "ppo_torch_compile.py"),
+                                                           ("ppo_torch_gymnasium.py", "ppo_torch_compile_gymnasium.py")])
+def test_compile_mode_none_is_the_eager_script(eager_script, compiled_script, tmp_path):
+    eager = scalars(run_ok(eager_script, *TINY, log_dir=tmp_path / "eager"))
+    none = scalars(run_ok(compiled_script, *TINY, "--compile-mode", "none", log_dir=tmp_path / "none"))
     for tag in ("charts/episodic_return", "charts/episodic_length", "losses/value_loss", "losses/entropy",
                 "losses/policy_loss", "losses/approx_kl", "losses/explained_variance"):
         assert [s for s, _ in eager[tag]] == [s for s, _ in none[tag]], tag

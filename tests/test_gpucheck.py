@@ -47,6 +47,16 @@ def test_the_probe_attaches_to_a_scripts_main(tmp_path):
     assert failed(facts) == ["runs on the GPU", "peak_device_mb"]
 
 
+def test_the_probe_runs_a_script_with_its_flags(tmp_path):
+    """The torch env's probe: the script's main with --torch-env, its run found by its variant's name, and no
+    copy to the host in its profiled iterations (on a CPU, none to count; on a GPU, the fetch alone)."""
+    proc = subprocess.run([sys.executable, "gpucheck.py", "--probe", "ppo_torch.py --torch-env", "--log-dir",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads(proc.stdout.splitlines()[-1].removeprefix("GPUCHECK "))
+    assert "__torch-torchenv__" in facts["run_dir"] and facts["complete"] and facts["device_to_host"] == 0
+
+
 def test_every_check_passes_on_what_the_gpu_showed():
     assert failed(TORCH_FACTS) == []
     assert [check for passed, check, _ in gpucheck.precision_checks(PRECISION) if not passed] == []
