@@ -437,9 +437,10 @@ class TorchEnv(NamedTuple):
     def observation_space(self, params):
         return self.gymnax.observation_space(params)
 
-    def fresh(self, num_envs: int):
-        """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator)."""
-        return torch.lerp(self.low, self.high, torch.rand(num_envs, len(self.low), device=self.low.device))
+    def fresh(self, num_envs: int, generator=None):
+        """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator, or this one)."""
+        draw = torch.rand(num_envs, len(self.low), device=self.low.device, generator=generator)
+        return torch.lerp(self.low, self.high, draw)
 
 
 def make_torch_env(env_id: str, device):
@@ -477,9 +478,9 @@ class TorchNormalizer(Normalizer):
         return self._replace(reward=stats, discounted=discounted), scaled
 
 
-def torch_env_reset(env: TorchEnv, num_envs: int, norm: TorchNormalizer | None = None, learn=True):
+def torch_env_reset(env: TorchEnv, num_envs: int, norm: TorchNormalizer | None = None, learn=True, generator=None):
     """Fresh envs: (observations, EnvState); the state of each env is its physics and its time step."""
-    physics = env.fresh(num_envs)
+    physics = env.fresh(num_envs, generator)
     obs = env.observe(physics)
     zeros = lambda dtype=torch.float32: torch.zeros(num_envs, dtype=dtype, device=physics.device)
     if norm is not None:
@@ -488,9 +489,10 @@ def torch_env_reset(env: TorchEnv, num_envs: int, norm: TorchNormalizer | None =
     return obs, EnvState(None, (physics, zeros(torch.int32)), zeros(), zeros(), norm)
 
 
-def torch_env_step(state: EnvState, action, env: TorchEnv, env_params, gamma=None):
+def torch_env_step(state: EnvState, action, env: TorchEnv, env_params, gamma=None, fresh=None):
     """env_step with the env in torch: every env steps, one that ended (terminated, or reached the time
-    limit) starts a fresh episode in the same step, and the statistics are kept as env_step keeps them."""
+    limit) starts a fresh episode in the same step, and the statistics are kept as env_step keeps them.
+    fresh: the states those episodes start from (default: drawn now, from torch's generator)."""
     physics, elapsed = state.env
     if env.clip is not None:  # the env gets the sampled action clipped to its bounds
         action = torch.clamp(action, *env.clip)
@@ -499,7 +501,8 @@ def torch_env_step(state: EnvState, action, env: TorchEnv, env_params, gamma=Non
     truncated = elapsed >= env_params.max_steps_in_episode
     done = terminated | truncated
     final_obs = env.observe(physics)
-    physics, elapsed = torch.where(done[:, None], env.fresh(len(physics)), physics), torch.where(done, 0, elapsed)
+    fresh = env.fresh(len(physics)) if fresh is None else fresh
+    physics, elapsed = torch.where(done[:, None], fresh, physics), torch.where(done, 0, elapsed)
     obs = env.observe(physics)
     episode_return = state.episode_return + reward
     episode_length = state.episode_length + 1

@@ -24,7 +24,8 @@ SINGLE = {"ppo_linen_agents.py": "ppo_linen.py", "ppo_nnx_agents.py": "ppo_nnx.p
 # the Gaussian head and the normalization, per agent; Pendulum's episodes last 200 steps: 320 end one per env
 CONTINUOUS = ("--env-id", "Pendulum-v1", "--num-steps", "32")
 CASES = [(s, ()) for s in AGENT_SCRIPTS] + [("ppo_torch_agents.py", ("--compile",))]
-RUN_CASES = CASES + [(s, CONTINUOUS) for s in AGENT_SCRIPTS]  # what the agents' runs are compared on
+# what the agents' runs are compared on; the env in torch draws each agent's fresh states from its generator
+RUN_CASES = CASES + [(s, CONTINUOUS) for s in AGENT_SCRIPTS] + [("ppo_torch_agents.py", ("--torch-env", *CONTINUOUS))]
 IDS = [" ".join((s, *t)) for s, t in CASES]
 SEED, NUM_AGENTS = 5, 3
 EVAL = ("--eval-episodes", "3")  # each agent's evaluation is the single-agent script's, proven in test_evaluation
@@ -70,7 +71,7 @@ def agent_runs(tmp_path_factory):
 @pytest.mark.parametrize("script,toggles", RUN_CASES, ids=[" ".join((s, *t)) for s, t in RUN_CASES])
 def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, single_runs, agent_runs):
     run_dir = agent_runs(script, toggles)
-    env = CONTINUOUS if toggles == CONTINUOUS else ()
+    env = tuple(t for t in toggles if t != "--compile")  # the single-agent script it is compared with is eager
     summary, logged = read_json(run_dir / "summary.json"), scalars(run_dir)
     assert len(summary["charts/episodic_return_final_per_agent"]) == RUN_AGENTS
     for agent in range(RUN_AGENTS):
@@ -82,7 +83,7 @@ def test_agent_i_is_the_single_agent_script_with_seed_plus_i(script, toggles, si
         # a Gaussian's greedy action is its mean, a float: the batched matmuls' rounding grows over a
         # 200-step pendulum episode (4e-5 seen); an argmax stays exact
         assert summary["eval/episodic_returns"][agent] == pytest.approx(
-            alone_summary["eval/episodic_returns"], rel=1e-3 if env else 0), (agent, "evaluation")
+            alone_summary["eval/episodic_returns"], rel=1e-3 if CONTINUOUS[1] in env else 0), (agent, "evaluation")
     # the mean tags are the means over agents; the learning rate is one schedule for all
     for tag in ("losses/value_loss", "losses/entropy"):
         means = np.mean([[v for _, v in logged[f"{tag}/agent{a}"]] for a in range(RUN_AGENTS)], axis=0)

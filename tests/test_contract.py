@@ -22,8 +22,10 @@ SHARED_ARGS = {
 # the defaults an action space picks for the fields left None above: the seed README's, CleanRL's continuous script's
 ACTION_SPACE_DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
                          True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
-# the only fields a variant may add: compile toggles, the CPU-env scripts' vectorization, the agent scripts' count
-COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "compile_scope", "compile", "vectorization", "num_agents"}
+# the only fields a variant may add: compile toggles, the torch scripts' env in torch, the CPU-env scripts'
+# vectorization, the agent scripts' count
+COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "compile_scope", "compile", "torch_env", "vectorization",
+                   "num_agents"}
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
             "training loop with logging", "main"]
 DETERMINISTIC_TAGS = TAGS - {"charts/SPS", "time/iteration", "memory/peak_rss_mb"}

@@ -187,6 +187,7 @@ CASES = [(s, {"num_agents": 2} if s in AGENT_SCRIPTS else {}) for s in SCRIPTS] 
     # the envs in torch: no hand-over at all; compiled, the policy and env steps as one graph (Pendulum: with
     # the normalization in torch); eager, with the sleep in its env step
     ("ppo_torch.py", {"env_id": "CartPole-v1", "torch_env": True}),
+    ("ppo_torch_agents.py", {"num_agents": 2, "env_id": "Pendulum-v1", "torch_env": True}),
     *(("ppo_torch_compile.py", {"env_id": e, "torch_env": True}) for e in ("CartPole-v1", "Pendulum-v1"))]
 IDS = [case_id(*c) for c in CASES]
 

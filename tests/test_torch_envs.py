@@ -171,15 +171,16 @@ def test_torch_normalizer_keeps_the_jax_statistics():
             np.testing.assert_allclose(getattr(t_norm, part)._asdict()[name].numpy(), np.asarray(value), rtol=1e-5)
 
 
-def test_torch_env_is_the_same_text_in_both_scripts():
-    """ppo_torch_compile.py steps the very env ppo_torch.py steps: the block between the two markers."""
+def test_torch_env_is_the_same_text_in_every_torch_script():
+    """ppo_torch_compile.py and ppo_torch_agents.py step the very env ppo_torch.py steps: the block from its
+    marker to the end of torch_env_step."""
     from helpers import ROOT
 
     def block(script):
         text = (ROOT / script).read_text()
-        return text[text.index("# The envs in torch (--torch-env)"):text.index("\n# %% model")]
+        return text[text.index("# The envs in torch (--torch-env)"):text.index("\n\n\n", text.index("def torch_env_step"))]
 
-    assert block("ppo_torch.py") == block("ppo_torch_compile.py")
+    assert block("ppo_torch.py") == block("ppo_torch_compile.py") == block("ppo_torch_agents.py")
 
 
 def test_a_torch_env_run_names_itself_and_repeats(tmp_path):
