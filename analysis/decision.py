@@ -2,15 +2,19 @@
 fastest variant was fastest there, and how much longer the other framework's fastest variant took, with
 its interval or range and the runs behind it; and the one sentence README opens with, written from the rows."""
 
+import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
+
+import numpy as np
 
 from .agents import AGENT_NAMES, PER_AGENT, num_agents
 from .cpuenv import defaults_only
 from .expensive import ITERATION
 from .gpu import precision
 from .output import NAMES
-from .stats import geomean, pair_ratios, ratio_cell, ratio_row, repeat_of
+from .stats import below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
 OWN_ENV = ("linen", "nnx", "torch-torchenv", "torch_compile-torchenv")  # each steps the env in its own language
@@ -30,8 +34,16 @@ class Regime:
     name: str
     condition: str  # in words, what a reader checks against their project
     experiment: str  # or experiments, "headline, exp1": the first of them with runs to keep (the newer first)
-    keep: Callable  # which of the experiment's runs
+    envs: tuple  # the envs it holds, fixed here: a run on any other env is not this regime's
+    models: tuple = ("small",)
+    variants: tuple | None = None  # the variants it compares (None: every variant the experiment ran)
+    also: Callable | None = None  # what else a run must be (a GPU run's matmul precision)
     value: Callable = ITERATION  # the time compared: the steady iteration (per agent for agents)
+    setup: str = ""  # rows with one setup (the same envs and scripts at another model size) count once
+
+    def keep(self, run) -> bool:
+        return (run.env_id in self.envs and run.model in self.models
+                and (self.variants is None or run.variant in self.variants) and (self.also is None or self.also(run)))
 
 
 def most_agents(runs) -> list:
@@ -43,60 +55,88 @@ def most_agents(runs) -> list:
     return [r for r in batched if counts and num_agents(r) == counts[0]]
 
 
+JAX_ENVS = ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar", "Asterix-MinAtar")  # the headline's
+TORCH_TWINS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")  # the envs in torch the study ran
 REGIMES = [
     Regime("JAX env, small model", "the env is JAX code (Gymnax), which PyTorch steps through DLPack, 64-wide MLP",
-           "headline, exp1", lambda r: r.model == "small"),
-    Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", lambda r: r.model == "medium"),
+           "headline, exp1", JAX_ENVS, setup="JAX env"),
+    Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", JAX_ENVS, ("medium",), setup="JAX env"),
     Regime("each framework's own env, small model", "JAX steps Gymnax, PyTorch the same envs written in torch "
-           "(CartPole-v1, Acrobot-v1, Pendulum-v1), 64-wide MLP", "torchenv",
-           lambda r: r.model == "small" and r.variant in OWN_ENV),
-    Regime("each framework's own env, medium model", "the same, 256-wide MLP", "torchenv",
-           lambda r: r.model == "medium" and r.variant in OWN_ENV),
+           "(CartPole-v1, Acrobot-v1, Pendulum-v1), 64-wide MLP", "torchenv", TORCH_TWINS, variants=OWN_ENV,
+           setup="own env"),
+    Regime("each framework's own env, medium model", "the same, 256-wide MLP", "torchenv", TORCH_TWINS, ("medium",),
+           OWN_ENV, setup="own env"),
     Regime("CPU env, Gymnasium's loop", "a Python env stepped by Gymnasium's SyncVectorEnv, small model",
-           "cpucompile, cpuenv", lambda r: r.model == "small" and r.variant in LOOP and r.env_id in (
-               "CartPole-v1", "Acrobot-v1", "Breakout-MinAtar")),
-    Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpucompile, cpuenv",
-           lambda r: r.model == "small" and r.variant in ENVPOOL and r.env_id == "CartPole-v1"),
+           "cpucompile, cpuenv", ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar"), variants=LOOP),
+    Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpucompile, cpuenv", ("CartPole-v1",),
+           variants=ENVPOOL),
     Regime("expensive JAX env", "Craftax: a JAX env whose step costs more than a small model", "expensive",
-           lambda r: r.model == "small" and r.env_id.startswith("Craftax")),
+           ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")),
     Regime("many agents, one process", "N agents trained at once (vmap, torch.func), the largest N measured, "
-           "time per agent", "agents", None, PER_AGENT),
+           "time per agent", "agents", ("CartPole-v1",), value=PER_AGENT),
     Regime("continuous actions, JAX env", "Pendulum-v1 in Gymnax, a Gaussian policy, small model", "continuous",
-           lambda r: r.model == "small" and r.env_id == "Pendulum-v1" and r.variant in JAX_ENV),
+           ("Pendulum-v1",), variants=JAX_ENV),
     Regime("continuous actions, MuJoCo", "HalfCheetah-v5, MuJoCo's C engine in Gymnasium's loop, small model",
-           "cpucompile, continuous", lambda r: r.model == "small" and r.variant in LOOP and r.env_id == "HalfCheetah-v5"),
-    Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN", "pixels",
-           lambda r: r.model == "cnn" and r.variant in JAX_ENV),
+           "cpucompile, continuous", ("HalfCheetah-v5",), variants=LOOP),
+    Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN", "pixels", ("Breakout-MinAtar", "Asterix-MinAtar"),
+           ("cnn",), JAX_ENV),
     Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN, CleanRL's Atari batch",
-           "cpucompile, pixels", lambda r: r.env_id == "Breakout-v5"),
-    Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu",
-           lambda r: r.model == "small" and precision(r) == "float32"),
+           "cpucompile, pixels", ("Breakout-v5",), ("cnn",), ENVPOOL),
+    Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
+           also=lambda r: precision(r) == "float32"),
 ]
 
 
-def decide(runs, value) -> dict | None:
-    """The fastest variant of each framework (the lowest geometric mean of its time over a common
-    yardstick's), the winner, and the loser's fastest over the winner's fastest, paired by repeat."""
+def cell(run) -> tuple:
+    """What two runs share to be paired: env, model and repeat."""
+    return run.env_id, run.model, *map(str, repeat_of(run))
+
+
+def fastest(runs, fw: str, value) -> str:
+    """The framework's variant with the lowest geometric mean of its time over a common yardstick's."""
     variants = sorted({r.variant for r in runs})
-    if len({framework(v) for v in variants}) < 2:
-        return None
     yardstick = variants[0]
     over = {v: 1.0 if v == yardstick else geomean([x for xs in pair_ratios(runs, v, yardstick, value).values()
                                                     for x in xs] or [float("nan")]) for v in variants}
-    best = {fw: min((v for v in variants if framework(v) == fw), key=lambda v: over[v]) for fw in ("JAX", "PyTorch")}
-    winner, loser = sorted(best.values(), key=lambda v: over[v])
-    per_env = [ratios for ratios in pair_ratios(runs, loser, winner, value).values() if len(ratios)]
+    return min((v for v in variants if framework(v) == fw), key=lambda v: (math.isnan(over[v]), over[v]))
+
+
+def decide(runs, value) -> dict | None:
+    """PyTorch's time over JAX's in each cell (env and repeat), each framework represented there by the
+    variant that was fastest in the other cells: the runs that choose a variant never measure it. The
+    framework whose representatives took less time overall wins, unless the ratio's interval or range
+    (over envs, or over repeats on one env) holds 1: then neither is faster beyond the spread."""
+    if len({framework(r.variant) for r in runs}) < 2:
+        return None
+    cells = sorted({cell(r) for r in runs if value(r) is not None})
+    chosen, per_env = {}, {}
+    for c in cells:
+        others = [r for r in runs if cell(r) != c]
+        if len({framework(r.variant) for r in others}) < 2:
+            continue
+        here = {r.variant: value(r) for r in runs if cell(r) == c and value(r)}
+        pick = {fw: fastest(others, fw, value) for fw in ("JAX", "PyTorch")}
+        if all(v in here for v in pick.values()):
+            chosen[c] = pick
+            per_env.setdefault(c[0], []).append(here[pick["PyTorch"]] / here[pick["JAX"]])
+    per_env = [np.array(r) for r in per_env.values()]
     if not per_env or max(len(r) for r in per_env) < MIN_REPEATS and len(per_env) < MIN_REPEATS:
         return None
-    return {"winner": winner, "loser": loser, "row": ratio_row(per_env), "devices": {r.info.get("device") for r in runs},
-            "runs": sum(r.variant in (winner, loser) and value(r) is not None for r in runs)}
+    row = ratio_row(per_env)
+    picks = {fw: Counter(pick[fw] for pick in chosen.values()).most_common() for fw in ("JAX", "PyTorch")}
+    winner, loser = ("JAX", "PyTorch") if row["geomean"] >= 1 else ("PyTorch", "JAX")
+    if winner == "PyTorch":  # the loser's time over the winner's
+        row = ratio_row([1 / r for r in per_env])
+    return {"winner": picks[winner][0][0], "loser": picks[loser][0][0], "picks": picks, "row": row,
+            "tie": not below(1, row), "devices": {r.info.get("device") for r in runs},
+            "runs": sum(cell(r) in chosen and r.variant in chosen[cell(r)].values() for r in runs)}
 
 
 def decision_rows(by_experiment: dict) -> list[dict]:
     rows = []
     for regime in REGIMES:
-        kept = ((e, most_agents(by_experiment.get(e, [])) if e == "agents" else
-                 [r for r in by_experiment.get(e, []) if regime.keep(r)]) for e in regime.experiment.split(", "))
+        kept = ((e, [r for r in (most_agents(by_experiment.get(e, [])) if e == "agents" else by_experiment.get(e, []))
+                     if regime.keep(r)]) for e in regime.experiment.split(", "))
         experiment, runs = next(((e, runs) for e, runs in kept if runs), (None, []))
         if experiment == "cpuenv":
             runs = defaults_only(runs)
@@ -118,30 +158,46 @@ def undecided(runs, value) -> str:
 def label(variant: str) -> str:
     """The framework as a reader knows it (the regime says how the env is stepped): linen_gymnasium-envpool is Linen."""
     base = variant.replace("_gymnasium", "").split("-")[0]
-    return AGENT_NAMES.get(variant) or NAMES.get(variant, NAMES.get(base, variant))
+    name = AGENT_NAMES.get(variant) or NAMES.get(variant, NAMES.get(base, variant))
+    return name + (", its policy step eager" if variant.endswith("-update") else "")
 
 
 def answer(rows: list[dict]) -> str:
-    """The one sentence: in how many of the decided regimes each framework was fastest, and by how much."""
+    """The one sentence: in how many of the decided regimes (and independent setups) each framework was
+    fastest, by how much, and in how many neither was beyond the spread."""
     open_ = sum("winner" not in row for row in rows)
     rows = [row for row in rows if "winner" in row]
-    by = {fw: [row for row in rows if framework(row["winner"]) == fw] for fw in ("JAX", "PyTorch")}
+    ties = [row for row in rows if row["tie"]]
+    by = {fw: [row for row in rows if framework(row["winner"]) == fw and not row["tie"]] for fw in ("JAX", "PyTorch")}
     where = "On a CPU, " if set().union(*(row["devices"] for row in rows)) == {"cpu"} else ""
     said = {"JAX": "a JAX framework", "PyTorch": "PyTorch"}
+    setups = lambda rows: len({row["regime"].setup or row["regime"].name for row in rows})
     parts = []
     for fw in sorted(by, key=lambda fw: -len(by[fw])):
         if by[fw]:
             margins = [row["row"]["geomean"] for row in by[fw]]
             spread = f"{min(margins):.2f}x" + (f" to {max(margins):.2f}x" if len(margins) > 1 else "")
             other = "PyTorch" if fw == "JAX" else "JAX"
-            regimes = (f"all {len(rows)} regimes decided" if len(by[fw]) == len(rows) else
-                       f"{len(by[fw])} of the {len(rows)} regimes decided") if len(by[fw]) > 1 else (
+            regimes = f"{len(by[fw])} of the {len(rows)} regimes decided" if len(by[fw]) > 1 else (
                 f"one: {by[fw][0]['regime'].name}")
-            parts.append(f"{said[fw]} was the fastest in {regimes} ({other}'s fastest variant took {spread} as long)")
+            once = (f"{setups(by[fw])} setups, a small and a medium row on the same envs counted once; "
+                    if setups(by[fw]) < len(by[fw]) else "")
+            parts.append(f"{said[fw]} was the fastest in {regimes} ({once}{other}'s fastest variant took {spread} as long)")
+    if ties:
+        parts.append(f"in {len(ties) if len(ties) > 1 else 'one'} ({'; '.join(row['regime'].name for row in ties)}) "
+                     "neither was faster beyond the spread over envs or repeats")
     sentence = "; ".join(parts)
     sentence = where + sentence[0].lower() + sentence[1:] + "." if where else sentence[0].upper() + sentence[1:] + "."
     return sentence + (f" {open_} more regime{'s' * (open_ > 1)} ran without a verdict (the table says why)."
                        if open_ else "")
+
+
+def fastest_cell(row: dict) -> str:
+    """The winner as a reader knows it, how often it was the pick where the pick varied, or a tie."""
+    picks = row["picks"][framework(row["winner"])]
+    name = label(row["winner"]) if len(picks) == 1 else "; ".join(
+        f"{label(v)} ({n}{f' of {sum(n for _, n in picks)} pairs' if i == 0 else ''})" for i, (v, n) in enumerate(picks))
+    return f"neither beyond the spread ({name} by the mean)" if row["tie"] else name
 
 
 def decision_section(by_experiment: dict, out):
@@ -150,14 +206,17 @@ def decision_section(by_experiment: dict, out):
         return
     out.heading("The answer by regime")
     out.text([answer(rows)], block="answer")
-    out.table("Which framework is fastest where: in each regime, the fastest variant of each framework, and the "
-              "slower one's time over the faster one's (steady iterations, paired by repeat)",
-              ["regime", "when", "fastest", "the other framework's fastest / the fastest", "time, A / B", "runs"],
-              [[row["regime"].name, row["regime"].condition, label(row["winner"]),
+    out.table("Which framework is fastest where: in each regime, each framework represented in every pair (env and "
+              "repeat) by its variant that was fastest in the other pairs, and the slower one's time over the faster "
+              "one's (steady iterations)",
+              ["regime", "when", "fastest", "the other framework's / the fastest's", "time, A / B", "runs"],
+              [[row["regime"].name, row["regime"].condition, fastest_cell(row),
                 f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]), row["runs"]]
                if "winner" in row else [row["regime"].name, row["regime"].condition, "–", "–", row["why"], row["runs"]]
                for row in rows],
               block="decision",
-              note="Intervals are over environments where at least 5 ran; otherwise the range, and the number of envs "
-                   "or, on one env, of repeats. Runs: those behind the ratio (both variants'); where a regime is not "
-                   "decided, all of its runs.")
+              note="A variant is chosen in the pairs it is not measured in: choosing and measuring on the same runs "
+                   "would favour the framework with more variants (JAX has four). A framework is the fastest where "
+                   "the ratio's interval or range lies above 1. Intervals are over environments where at least 5 "
+                   "ran; otherwise the range of the env means over their repeats, or, on one env, of its repeats. "
+                   "Runs: those behind the ratio (both frameworks'); where a regime is not decided, all of its runs.")

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from analysis import agents, continuous, cpuenv, docs, expensive, pixels, runs, stats
-from helpers import ROOT, STEADY, TINY
+from helpers import ROOT, STEADY, TINY, load
 
 STARTUP = 1.5  # seconds from a fake run's start to its first iteration
 
@@ -782,9 +782,63 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
         ("continuous actions, JAX env", None, None, "not decided: fewer than 3 repeats (or envs) of both frameworks", 2),
         ("pixels, Atari", "torch_compile_gymnasium-envpool", "linen_gymnasium-envpool", "2.500", 6)]
     assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in 3 of the 4 regimes decided "
-                                     "(PyTorch's fastest variant took 1.40x to 2.44x as long); PyTorch was the fastest "
+                                     "(2 setups, a small and a medium row on the same envs counted once; PyTorch's "
+                                     "fastest variant took 1.40x to 2.44x as long); PyTorch was the fastest "
                                      "in one: pixels, Atari (JAX's fastest variant took 2.50x as long). 2 more regimes "
                                      "ran without a verdict (the table says why).")
+
+
+def test_each_frameworks_variant_is_chosen_where_it_is_not_measured(tmp_path):
+    """The representative of each framework in a pair (env and repeat) is its fastest variant in the other
+    pairs: here NNX is fastest only by its repeat 3, so repeat 3 is measured on Linen (chosen by repeats 1 and
+    2) and repeats 1 and 2 on NNX (chosen with repeat 3). Chosen on the measured runs, NNX would represent JAX
+    everywhere and the ratio would be 2.37x. A ratio whose range holds 1 decides no winner."""
+    from analysis import decision
+
+    runs_dir = tmp_path / "runs"
+    for seed, nnx, torch_over in ((1, 1.1, 2.0), (2, 1.1, 2.0), (3, 0.5, 2.0)):
+        for variant, factor in (("linen", 1.0), ("nnx", nnx), ("torch", torch_over)):
+            fake_run(runs_dir / "exp1" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
+                     [x * factor for x in ITERATIONS])
+        for variant, factor in (("linen_gymnasium", 1.0), ("torch_gymnasium", (1.1, 0.9, 0.95)[seed - 1])):
+            fake_run(runs_dir / "cpucompile" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
+                     [x * factor for x in ITERATIONS], synced=True)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    rows = {row["regime"].name: row for row in decision.decision_rows(
+        {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS})}
+    jax_env = rows["JAX env, small model"]
+    assert jax_env["row"]["geomean"] == pytest.approx((2.0 / 1.1 * 2.0 / 1.1 * 2.0) ** (1 / 3))
+    assert jax_env["picks"]["JAX"] == [("nnx", 2), ("linen", 1)] and not jax_env["tie"]
+    assert decision.fastest_cell(jax_env) == "Flax NNX (2 of 3 pairs); Flax Linen (1)"
+    loop = rows["CPU env, Gymnasium's loop"]
+    assert loop["tie"] and decision.fastest_cell(loop).startswith("neither beyond the spread (PyTorch, eager")
+    assert decision.answer(list(rows.values())) == (
+        "On a CPU, a JAX framework was the fastest in one: JAX env, small model (PyTorch's fastest variant took "
+        "1.88x as long); in one (CPU env, Gymnasium's loop) neither was faster beyond the spread over envs or repeats.")
+
+
+def test_each_regime_holds_its_envs_and_no_other():
+    """Every regime keeps a run on each env it names and on no other env any script steps (a Gymnasium
+    Pendulum among the MuJoCo runs would pool two envs under one name); and what it names is what it says:
+    MuJoCo's rows MuJoCo envs, Atari's Atari games, the JAX-env rows JAX envs, the own-env rows torch twins."""
+    from types import SimpleNamespace
+
+    import gymnax
+    from analysis import decision
+
+    cpu_envs = load("ppo_torch_gymnasium.py")
+    every_env = {*gymnax.registered_envs, *cpu_envs.TWINS, "Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1"}
+    mujoco = {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"}
+    for regime in decision.REGIMES:
+        variants = regime.variants or ("linen", "torch", "linen_agents", "torch_agents")
+        kept = {env for env in every_env for v in variants for m in regime.models
+                if regime.keep(SimpleNamespace(env_id=env, variant=v, model=m, info={"args": {}}))}
+        assert kept == set(regime.envs), regime.name
+        kind = ("mujoco" if "MuJoCo" in regime.name else "atari" if "Atari" in regime.name else
+                "twins" if "own env" in regime.name else "jax" if "JAX env" in regime.name else None)
+        allowed = {"mujoco": mujoco, "atari": set(cpu_envs.ATARI), "twins": set(load("ppo_torch.py").TORCH_ENVS),
+                   "jax": {*gymnax.registered_envs, "Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1"}}.get(kind)
+        assert allowed is None or set(regime.envs) <= allowed, regime.name
 
 
 def test_time_to_target_from_the_process_start(tmp_path):
