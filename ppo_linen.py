@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from importlib import metadata
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import flax.linen as nn
 import gymnax
@@ -40,6 +40,14 @@ from tensorboard.summary import Writer  # numpy-only event writer: no torch, no 
 
 
 # %% Args
+# the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
+# (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
+DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
+            True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
+BY_SPACE = {name: tyro.conf.arg(help_behavior_hint=f"(default: {DEFAULTS[False][name]}, or {DEFAULTS[True][name]} "
+                                 "for continuous actions)") for name in DEFAULTS[False]}  # what --help says
+
+
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
@@ -51,14 +59,14 @@ class Args:
     """parallel environments"""
     num_steps: int = 256
     """steps per environment in one rollout (batch = num_envs * num_steps)"""
-    num_minibatches: int | None = None
-    """minibatches per epoch (default: 8, or 32 for continuous actions)"""
+    num_minibatches: Annotated[int | None, BY_SPACE["num_minibatches"]] = None
+    """minibatches per epoch"""
     update_epochs: int = 10
     """passes over the batch per update"""
     num_iterations: int = 100
     """iterations, each one rollout and one update"""
-    learning_rate: float | None = None
-    """Adam learning rate, decayed linearly to 0 over all optimizer steps (default: 2.5e-4, or 3e-4 for continuous actions)"""
+    learning_rate: Annotated[float | None, BY_SPACE["learning_rate"]] = None
+    """Adam learning rate, decayed linearly to 0 over all optimizer steps"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -67,8 +75,8 @@ class Args:
     """surrogate (and value) clipping coefficient"""
     clip_vloss: bool = True
     """clip the value loss as PPO's original code does"""
-    ent_coef: float | None = None
-    """entropy bonus coefficient (default: 0.01, or 0 for continuous actions)"""
+    ent_coef: Annotated[float | None, BY_SPACE["ent_coef"]] = None
+    """entropy bonus coefficient"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
@@ -104,10 +112,6 @@ MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6, "c
 # scale; MinAtar's own network for its small grids, the Nature CNN of CleanRL's ppo_atari_envpool.py for frames
 CNNS = {"minatar": dict(convs=((16, 3, 1),), dense=128, scale=1.0),
         "nature": dict(convs=((32, 8, 4), (64, 4, 2), (64, 3, 1)), dense=512, scale=1 / 255)}
-# the defaults an action space picks: the seed README's for discrete actions, CleanRL's continuous script's
-# (ppo_continuous_action.py) for continuous ones (why: docs/method.md, "Continuous actions")
-DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
-            True: dict(num_minibatches=32, learning_rate=3e-4, ent_coef=0.0)}
 
 
 def variant_name(args: Args) -> str:

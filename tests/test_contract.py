@@ -57,6 +57,24 @@ def test_action_space_defaults_identical(continuous):
         assert m.with_defaults(dataclasses.replace(m.Args(), ent_coef=0.5), continuous).ent_coef == 0.5
 
 
+def test_help_says_each_default_once(capsys):
+    """--help gives a field the action space picks the default of each space, once (not tyro's 'None')."""
+    import re
+
+    import tyro
+
+    for script in SCRIPTS:
+        m = load(script)
+        with pytest.raises(SystemExit):
+            tyro.cli(m.Args, args=["--help"])
+        text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", capsys.readouterr().out).split())
+        for name, value in ACTION_SPACE_DEFAULTS[False].items():
+            flag = "--" + name.replace("_", "-")
+            said = text[text.index(flag):].split(" --")[0]
+            assert "(default: None)" not in said, (script, said)
+            assert f"(default: {value}, or {ACTION_SPACE_DEFAULTS[True][name]} for continuous actions)" in said, said
+
+
 def test_every_field_has_help():
     for script in SCRIPTS:
         source = (ROOT / script).read_text()
