@@ -14,6 +14,7 @@ With --docs, rewrites the generated blocks (<!-- BEGIN analyze.py NAME --> ...
 The experiments live in the analysis/ package, one module each.
 """
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from analysis.gpu import gpu_section
 from analysis.headline import headline_section, study_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
-from analysis.pixels import pixels_learning_section, pixels_section
+from analysis.pixels import conv_section, pixels_learning_section, pixels_section
 from analysis.runs import EXPERIMENTS, find_runs, pack
 from analysis.target import target_section
 from analysis.torchenv import cpucompile_section, torchenv_section
@@ -49,7 +50,8 @@ class Report:
     runs: tyro.conf.Positional[tuple[str, ...]] = ("runs",)
     """folders (or archives from `analyze.py archive`) holding run directories, searched recursively"""
     out: str = "results"
-    """where the PNG charts, REPORT.md and the env-complexity cache (envtime.json) go"""
+    """where the PNG charts, REPORT.md and the env-complexity cache (envtime.json) go; conv.json there (tests/
+    benchmark_conv.py --out) adds the convolution benchmark"""
     docs: tuple[str, ...] = ()
     """Markdown files, or folders of them, whose generated blocks to rewrite (e.g. README.md docs)"""
 
@@ -114,6 +116,8 @@ def report(args: Report) -> int:
         continuous_learning_section(continuous_learning, o)
     if pixels:
         pixels_section(pixels, o)
+    if (out / "conv.json").exists():  # tests/benchmark_conv.py's sessions, a result like envtime.json
+        conv_section(json.loads((out / "conv.json").read_text()), o)
     if pixels_learning:
         pixels_learning_section(pixels_learning, o)
     if gpu:

@@ -322,6 +322,9 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs):
     matrix product. Elsewhere, XLA's own."""
     if jax.default_backend() != "cpu":
         return jax.lax.conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs)
+    if padding != "VALID" or kwargs.get("feature_group_count", 1) != 1 or any(
+            d is not None and set(d) != {1} for d in (kwargs.get("lhs_dilation"), kwargs.get("rhs_dilation"))):
+        raise NotImplementedError("the patches compute a VALID convolution, undilated and ungrouped, only")
     (kh, kw, _, filters), (sh, sw) = rhs.shape, window_strides
     h, w = (lhs.shape[-3] - kh) // sh + 1, (lhs.shape[-2] - kw) // sw + 1
     patches = jnp.concatenate([lhs[..., i:i + sh * (h - 1) + 1:sh, j:j + sw * (w - 1) + 1:sw, :]

@@ -14,7 +14,7 @@ from .cpuenv import defaults_only
 from .expensive import ITERATION
 from .gpu import precision
 from .output import NAMES
-from .stats import below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of
+from .stats import STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
 OWN_ENV = ("linen", "nnx", "torch-torchenv", "torch_compile-torchenv")  # each steps the env in its own language
@@ -23,6 +23,19 @@ LOOP = ("torch_gymnasium", "torch_compile_gymnasium", "torch_compile_gymnasium-u
 ENVPOOL = ("torch_gymnasium-envpool", "torch_compile_gymnasium-envpool", "torch_compile_gymnasium-envpool-update",
            "linen_gymnasium-envpool")
 MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats
+RUN_LENGTH = 1_000_000  # env steps (per agent): the run whose whole time the table also compares
+
+
+def run_of_length(run) -> float | None:
+    """The seconds a run of RUN_LENGTH env steps takes: its start-up, iteration 0 (compilation), iterations
+    1..7 as measured, then its steady iteration for the rest (per agent for the agent scripts)."""
+    _, t, _ = run.series("time/iteration")
+    rest, start = ITERATION(run), startup(run)
+    if rest is None or start is None:
+        return None
+    a = run.info["args"]
+    iterations = math.ceil(RUN_LENGTH / (a.get("num_envs", 32) * a.get("num_steps", 256)))
+    return (start + float(t[:STEADY_FROM].sum()) + rest * max(0, iterations - STEADY_FROM)) / num_agents(run)
 
 
 def framework(variant: str) -> str:
@@ -78,9 +91,11 @@ REGIMES = [
            ("Pendulum-v1",), variants=JAX_ENV),
     Regime("continuous actions, MuJoCo", "HalfCheetah-v5, MuJoCo's C engine in Gymnasium's loop, small model",
            "cpucompile, continuous", ("HalfCheetah-v5",), variants=LOOP),
-    Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN", "pixels", ("Breakout-MinAtar", "Asterix-MinAtar"),
+    Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN (JAX convolving on a CPU as patches times the kernel, "
+           "the scripts' way around XLA's slow convolution gradient)", "pixels", ("Breakout-MinAtar", "Asterix-MinAtar"),
            ("cnn",), JAX_ENV),
-    Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN, CleanRL's Atari batch",
+    Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN (JAX's as patches, as above), "
+           "CleanRL's Atari batch",
            "cpucompile, pixels", ("Breakout-v5",), ("cnn",), ENVPOOL),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
            also=lambda r: precision(r) == "float32"),
@@ -142,7 +157,8 @@ def decision_rows(by_experiment: dict) -> list[dict]:
             runs = defaults_only(runs)
         if runs:
             rows.append({"regime": regime, **(decide(runs, regime.value)
-                                              or {"why": undecided(runs, regime.value), "runs": len(runs)})})
+                                              or {"why": undecided(runs, regime.value), "runs": len(runs)}),
+                         "whole": decide(runs, run_of_length)})
     return rows
 
 
@@ -192,6 +208,15 @@ def answer(rows: list[dict]) -> str:
                        if open_ else "")
 
 
+def whole_cell(row: dict) -> str:
+    """The same decision for a run of RUN_LENGTH env steps, start-up and compilation included."""
+    whole = row.get("whole")
+    if whole is None:
+        return "–"
+    first = label(whole["winner"]) if not whole["tie"] else f"neither beyond the spread ({label(whole['winner'])} by the mean)"
+    return f"{first}: {label(whole['loser'])} / {label(whole['winner'])} {ratio_cell(whole['row'])}"
+
+
 def fastest_cell(row: dict) -> str:
     """The winner as a reader knows it, how often it was the pick where the pick varied, or a tie."""
     picks = row["picks"][framework(row["winner"])]
@@ -209,14 +234,16 @@ def decision_section(by_experiment: dict, out):
     out.table("Which framework is fastest where: in each regime, each framework represented in every pair (env and "
               "repeat) by its variant that was fastest in the other pairs, and the slower one's time over the faster "
               "one's (steady iterations)",
-              ["regime", "when", "fastest", "the other framework's / the fastest's", "time, A / B", "runs"],
+              ["regime", "when", "fastest", "the other framework's / the fastest's", "time, A / B", "runs",
+               f"a run of {RUN_LENGTH / 1e6:g}M env steps, start-up and compilation included: fastest, A / B"],
               [[row["regime"].name, row["regime"].condition, fastest_cell(row),
-                f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]), row["runs"]]
-               if "winner" in row else [row["regime"].name, row["regime"].condition, "–", "–", row["why"], row["runs"]]
+                f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]), row["runs"], whole_cell(row)]
+               if "winner" in row else [row["regime"].name, row["regime"].condition, "–", "–", row["why"], row["runs"],
+                                        whole_cell(row)]
                for row in rows],
               block="decision",
-              note="A variant is chosen in the pairs it is not measured in: choosing and measuring on the same runs "
-                   "would favour the framework with more variants (JAX has four). A framework is the fastest where "
-                   "the ratio's interval or range lies above 1. Intervals are over environments where at least 5 "
-                   "ran; otherwise the range of the env means over their repeats, or, on one env, of its repeats. "
-                   "Runs: those behind the ratio (both frameworks'); where a regime is not decided, all of its runs.")
+              note="A variant is chosen in the pairs it is not measured in (choosing on the measured runs favours "
+                   "JAX, which has four). The ratio is the geometric mean over pairs (results.md's tables give "
+                   "medians); a framework is the fastest where its interval (5 envs or more) or range (of the env "
+                   "means, or of one env's repeats) lies above 1. Runs: those behind the ratio, or all the "
+                   "regime's where none is.")

@@ -150,3 +150,27 @@ def headline_rows(runs) -> list[list[str]]:
          "pixels, Breakout-MinAtar with the CNN: PyTorch, torch.compile / Linen, Gymnax env"),
         ("torch_gymnasium-envpool", "linen_gymnasium-envpool", "Breakout-v5",
          "pixels, Breakout-v5 with the CNN: PyTorch / Linen, both stepping EnvPool's Atari")))
+
+
+def conv_section(sessions: list[dict], out):
+    """tests/benchmark_conv.py's sessions (results/conv.json): one minibatch's convolutions, forward and
+    gradient, in a lax.scan with XLA's convolution and with the scripts' patches, and in PyTorch."""
+    out.heading("How JAX convolves on a CPU", "tests/benchmark_conv.py, outside the study: each CNN's "
+                "convolutions, forward and gradient, for minibatches in a row, in JAX as a lax.scan over them (as "
+                "the scripts' update runs) with XLA's convolution and with the scripts' patches times the kernel, "
+                "and in PyTorch (oneDNN); milliseconds per minibatch, each session's median of 5 calls. CPUs: "
+                + ", ".join(sorted({f"{s['cpu']} ({s['cores']} cores)" for s in sessions})) + "; load "
+                + ", ".join(f"{s['load']:.2f}" for s in sessions) + ".")
+    rows = []
+    for cnn in sessions[0]["cases"]:
+        case = lambda key: [s["cases"][cnn][key] for s in sessions]
+        xla, patches, torch = (np.array(case(k)) for k in ("xla", "patches", "torch"))
+        rows.append([cnn, f"{case('minibatch')[0]} x {case('minibatches')[0]}", median_range(xla),
+                     median_range(patches), median_range(torch), median_range(xla / patches, ratio=True),
+                     median_range(patches / torch, ratio=True)])
+    out.table("Convolutions alone: ms per minibatch, median (range, n sessions)",
+              ["CNN", "minibatch x minibatches", "XLA's convolution in a scan", "the scripts' patches", "PyTorch",
+               "XLA's / patches", "patches / PyTorch"], rows, block="conv-benchmark")
+    slower = all(s["cases"][c]["xla"] > s["cases"][c]["patches"] for s in sessions for c in s["cases"])
+    out.claim("patches-faster-than-xla-convolution", slower, ("slower",),
+              "XLA's convolution over the patches, every session and CNN: " + "; ".join(f"{r[0]} {r[5]}" for r in rows))

@@ -36,9 +36,10 @@ def time_to(run, target: float) -> float | None:
 
 def target_rows(runs) -> tuple[list[str], list[list]]:
     """Per env: the target, then per variant the median seconds over the runs that reached it and how
-    many of its runs did; and the median over envs of each variant's median over Linen's."""
+    many of its runs did; and the median over envs of each variant's median over Linen's, with the envs
+    where no run of the variant reached the target counted (they have no time to take a median of)."""
     variants = variant_order({r.variant for r in runs})
-    rows, over = [], {v: [] for v in variants}
+    rows, over, never = [], {v: [] for v in variants}, {v: 0 for v in variants}
     for env in sorted({r.env_id for r in runs}):
         sel = [r for r in runs if r.env_id == env]
         target = target_of(sel)
@@ -52,12 +53,14 @@ def target_rows(runs) -> tuple[list[str], list[list]]:
             if times:
                 medians[v] = float(np.median(times))
             cells.append(f"{fmt(medians[v])} s ({len(times)} of {len(mine)})" if times else f"never (0 of {len(mine)})")
+            never[v] += bool(mine) and not times
         for v in variants:
             if v in medians and REFERENCE in medians:
                 over[v].append(medians[v] / medians[REFERENCE])
         rows.append([env, fmt(target), *cells])
-    rows.append(["median over envs, / Linen's", "", *(f"{np.median(x):.2f}x ({len(x)} envs)" if x else "–"
-                                                    for x in over.values())])
+    rows.append(["median over envs, / Linen's", "", *(
+        (f"{np.median(over[v]):.2f}x ({len(over[v])} envs)" if over[v] else "–") + (f"; never in {never[v]}" if never[v] else "")
+        for v in variants)])
     return variants, rows
 
 

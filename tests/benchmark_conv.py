@@ -2,11 +2,15 @@
 times the kernel on a CPU. One minibatch's forward pass and gradient of each CNN's convolutions,
 several minibatches in a row: in JAX as a lax.scan over them (how the scripts' update runs), with
 XLA's convolution and with the scripts' patches, and in PyTorch. Prints milliseconds per minibatch,
-the median of a few calls.
+the median of a few calls; with --out FILE, also adds them to FILE's list of sessions (what analyze.py
+reads from results/conv.json: run it three times, back to back).
 
-    python tests/benchmark_conv.py
+    python tests/benchmark_conv.py [--out results/conv.json]
 """
 
+import json
+import os
+import platform
 import statistics
 import sys
 import time
@@ -66,9 +70,17 @@ def torch_ms(kernels, strides, images) -> float:
     return statistics.median(times) / len(batches) * 1e3
 
 
+def cpu_name() -> str:
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+
+
 def main():
+    out = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else None
     rng = np.random.default_rng(0)
     print(f"jax {jax.__version__}, torch {torch.__version__}: ms per minibatch (forward and gradient of the convolutions)")
+    session = {"time": time.time(), "cpu": cpu_name(), "cores": os.cpu_count(), "load": os.getloadavg()[0],
+               "versions": {"jax": jax.__version__, "torch": torch.__version__}, "cases": {}}
     for cnn, ((h, w, c), size, count) in CASES.items():
         strides, kernels, channels = [], [], c
         for filters, k, stride in CNNS[cnn]["convs"]:
@@ -76,10 +88,14 @@ def main():
             strides.append(stride)
             channels = filters
         images = jnp.asarray(rng.random((count, size, h, w, c)), jnp.float32)
-        print(f"{cnn}: minibatch of {size}, {count} in a scan: "
-              f"XLA's convolution {jax_ms(xla_conv, kernels, strides, images):.1f}, "
-              f"the scripts' patches {jax_ms(patches_conv, kernels, strides, images):.1f}, "
-              f"PyTorch {torch_ms(kernels, strides, images):.1f}")
+        ms = {"xla": jax_ms(xla_conv, kernels, strides, images), "patches": jax_ms(patches_conv, kernels, strides, images),
+              "torch": torch_ms(kernels, strides, images)}
+        session["cases"][cnn] = {"minibatch": size, "minibatches": count, **ms}
+        print(f"{cnn}: minibatch of {size}, {count} in a scan: XLA's convolution {ms['xla']:.1f}, "
+              f"the scripts' patches {ms['patches']:.1f}, PyTorch {ms['torch']:.1f}")
+    if out:  # one more session in the file's list: a rerun adds to it, never overwrites
+        sessions = json.loads(out.read_text()) if out.exists() else []
+        out.write_text(json.dumps(sessions + [session], indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -781,6 +781,11 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
         ("expensive JAX env", None, None, "not decided: its runs are too short for a steady state", 2),
         ("continuous actions, JAX env", None, None, "not decided: fewer than 3 repeats (or envs) of both frameworks", 2),
         ("pixels, Atari", "torch_compile_gymnasium-envpool", "linen_gymnasium-envpool", "2.500", 6)]
+    # a run of a million env steps: start-up, iterations 0..7 as measured, then 115 steady ones (8,192 steps each)
+    whole = lambda factor: STARTUP + factor * (sum(ITERATIONS[:8]) + 115 * ITERATIONS[-1])
+    first = rows[0]["whole"]
+    assert (first["winner"], first["loser"]) == ("equinox", "torch_compile")
+    assert first["row"]["geomean"] == pytest.approx(np.exp(np.mean([np.log(whole(2 + s / 10) / whole(0.9)) for s in (1, 2, 3)])))
     assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in 3 of the 4 regimes decided "
                                      "(2 setups, a small and a medium row on the same envs counted once; PyTorch's "
                                      "fastest variant took 1.40x to 2.44x as long); PyTorch was the fastest "
@@ -861,7 +866,7 @@ def test_time_to_target_from_the_process_start(tmp_path):
     # start, itself STARTUP after the process's
     assert variants == ["linen", "torch"] and rows[0] == ["CartPole-v1", "90.4", "18.0 s (3 of 3)", "never (0 of 3)"]
     assert rows[1] == ["MemoryChain-bsuite", "nothing learned", "–", "–"]
-    assert rows[2] == ["median over envs, / Linen's", "", "1.00x (1 envs)", "–"]
+    assert rows[2] == ["median over envs, / Linen's", "", "1.00x (1 envs)", "–; never in 1"]  # the unreached counted
 
 
 @pytest.mark.parametrize("medium_factors, holds", [((2.0, 2.1, 2.2), True),  # every repeat below small's

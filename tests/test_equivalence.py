@@ -289,6 +289,34 @@ def test_cnn_off_the_cpu_matches_reference(script, monkeypatch):
     adapter = adapter_for(script)(script, weights, dataclasses.replace(update_args(script), model="cnn"))
     check_loss_and_gradients(adapter, weights, rows(batches[0], slice(0, MINIBATCH)), adapter.args)
 
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if "torch" not in s and "agents" not in s])
+def test_cnn_patches_refuse_what_they_do_not_compute(script):
+    """The CPU's patches compute a VALID convolution without dilation or groups, what the scripts' CNNs
+    ask for; asked for padding, a dilation or groups, they say so instead of convolving otherwise."""
+    import jax
+    import jax.numpy as jnp
+
+    m = adapter_for(script).module(script)
+    if script == "ppo_equinox.py":
+        import equinox as eqx
+
+        layers = [eqx.nn.Conv2d(4, 8, 3, 1, key=jax.random.key(0), **change)
+                  for change in ({"padding": 1}, {"dilation": 2}, {"groups": 2})]
+        calls = [lambda layer=layer: m.convolve(layer, jnp.ones((4, 10, 10))) for layer in layers]
+        assert m.convolve(m.conv(4, 8, 3, 1, jax.random.key(0)), jnp.ones((4, 10, 10))).shape == (8, 8, 8)
+    else:
+        x, kernel, numbers = jnp.ones((2, 10, 10, 4)), jnp.ones((3, 3, 4, 8)), ("NHWC", "HWIO", "NHWC")
+        conv = lambda padding="VALID", **kw: m.conv_general_dilated(x, kernel, (1, 1), padding, dimension_numbers=numbers,
+                                                                     **kw)
+        calls = [lambda: conv("SAME"), lambda: conv(rhs_dilation=(2, 2)), lambda: conv(lhs_dilation=(2, 1)),
+                 lambda: conv(feature_group_count=2)]
+        np.testing.assert_allclose(conv(lhs_dilation=(1, 1), rhs_dilation=None, feature_group_count=1),
+                                   jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=numbers))
+    for call in calls:
+        with pytest.raises(NotImplementedError, match="VALID convolution, undilated and ungrouped"):
+            call()
+
+
 # ---- GAE
 def trajectory():
     """5 steps of 4 envs: a termination, a truncation, both at once, a truncation on the last step."""
