@@ -102,6 +102,14 @@ REGIMES = [
 ]
 
 
+def host_of(run) -> str:
+    """The machine kind a run's time depends on: a GPU by name, a CPU by its widest vector unit."""
+    if run.info.get("device", "cpu") != "cpu":
+        return run.info["device"]
+    flags = run.info.get("cpu_flags")
+    return "AVX-512 CPU" if flags and "avx512f" in flags else "AVX2 CPU" if flags else "CPU, flags not recorded"
+
+
 def cell(run) -> tuple:
     """What two runs share to be paired: env, model and repeat."""
     return run.env_id, run.model, *map(str, repeat_of(run))
@@ -144,7 +152,8 @@ def decide(runs, value) -> dict | None:
         row = ratio_row([1 / r for r in per_env])
     return {"winner": picks[winner][0][0], "loser": picks[loser][0][0], "picks": picks, "row": row,
             "tie": not below(1, row), "devices": {r.info.get("device") for r in runs},
-            "runs": sum(cell(r) in chosen and r.variant in chosen[cell(r)].values() for r in runs)}
+            "runs": sum(cell(r) in chosen and r.variant in chosen[cell(r)].values() for r in runs),
+            "hosts": sorted({host_of(r) for r in runs if cell(r) in chosen})}
 
 
 def decision_rows(by_experiment: dict) -> list[dict]:
@@ -234,10 +243,11 @@ def decision_section(by_experiment: dict, out):
     out.table("Which framework is fastest where: in each regime, each framework represented in every pair (env and "
               "repeat) by its variant that was fastest in the other pairs, and the slower one's time over the faster "
               "one's (steady iterations)",
-              ["regime", "when", "fastest", "the other framework's / the fastest's", "time, A / B", "runs",
+              ["regime", "when", "fastest", "the other framework's / the fastest's", "time, A / B", "runs (host)",
                f"a run of {RUN_LENGTH / 1e6:g}M env steps, start-up and compilation included: fastest, A / B"],
               [[row["regime"].name, row["regime"].condition, fastest_cell(row),
-                f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]), row["runs"], whole_cell(row)]
+                f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]),
+                f"{row['runs']} ({', '.join(row['hosts'])})", whole_cell(row)]
                if "winner" in row else [row["regime"].name, row["regime"].condition, "–", "–", row["why"], row["runs"],
                                         whole_cell(row)]
                for row in rows],

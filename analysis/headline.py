@@ -57,6 +57,12 @@ def sessions_table(runs, out):
               "one 1024-wide layer)", ["session", "runs", "experiments", "CPU", "cores", "AVX flags", "MHz",
                                        "load at start", "step torch", "step jax", "layer torch", "layer jax"],
               rows, block="sessions")
+    # one layer's time depends on the host (its vector units): the claim is decided per host, on every CPU session there
+    wide = {session_of(r): r.calibration["layer_seconds"] for r in runs
+            if r.calibration and "avx512f" in r.info.get("cpu_flags", []) and r.info.get("device") == "cpu"}
+    ratios = [layers["torch"]["large"] / layers["jax"]["large"] for layers in wide.values()]
+    out.claim("torch-large-layer-slower-on-avx512", ratios and min(ratios) > 1, ("slower",),
+              "torch / jax, one 1024-wide layer, each session on an AVX-512 host: " + ", ".join(f"{x:.2f}" for x in ratios))
 
 
 

@@ -844,6 +844,10 @@ def test_each_regime_holds_its_envs_and_no_other():
         allowed = {"mujoco": mujoco, "atari": set(cpu_envs.ATARI), "twins": set(load("ppo_torch.py").TORCH_ENVS),
                    "jax": {*gymnax.registered_envs, "Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1"}}.get(kind)
         assert allowed is None or set(regime.envs) <= allowed, regime.name
+    # each row names the hosts behind it: a CPU by its widest vector unit (one layer's time depends on it)
+    host = lambda **info: decision.host_of(SimpleNamespace(info=info))
+    assert (host(device="cpu", cpu_flags=["avx2", "avx512f"]), host(device="cpu", cpu_flags=["avx2"]),
+            host(device="NVIDIA H200")) == ("AVX-512 CPU", "AVX2 CPU", "NVIDIA H200")
 
 
 def test_time_to_target_from_the_process_start(tmp_path):
