@@ -87,7 +87,7 @@ def gpu_section(gpu, cpu, out):
               ["env", "model", "variant", "runs", "iteration ms", "rollout ms", "update ms", "iteration 0 s"],
               split_rows(gpu), block="gpu-split")
     envs, rows = headline_rows(gpu, cpu)
-    out.table(f"On {devices(gpu)}: each framework's iteration over Linen's with the small model, on the GPU \\| "
+    out.table(f"On {devices(gpu)}: each framework's iteration over Linen's with the small model, on the GPU and "
               "on the CPU (medians)", ["time, A / B", *envs], rows, block="gpu-headline")
     gpu_claims(gpu, cpu, out)
     out.table("TF32 against full float32 matmuls (--matmul-precision), the same runs otherwise",
@@ -105,9 +105,9 @@ def headline_rows(gpu, cpu) -> list[list[str]]:
         for env in envs:
             gpu_cell, cpu_cell = (ratios[where, v].get((env, "small")) for where in ("GPU", "CPU"))
             show = lambda x: f"{np.median(x):.2f}x" if x is not None else "–"
-            cells.append(f"{show(gpu_cell)} \\| {show(cpu_cell)}")
+            cells += [show(gpu_cell), show(cpu_cell)]
         rows.append([f"{NAMES.get(v, v)} / Linen", *cells])
-    return envs, rows
+    return [f"{env}, {where}" for env in envs for where in ("GPU", "CPU")], rows
 
 
 def gpu_claims(gpu, cpu, out, far=2.0):

@@ -731,7 +731,8 @@ def test_gpu_ratios_next_to_the_cpu_and_tf32_against_float32(tmp_path):
                                            "0.17x (1 repeat)"]]
     split = {(row[1], row[2]): row for row in gpu.split_rows(on_gpu)}
     assert split["small", "torch"][4:7] == ["1,000", "250", "750"] and ("large", "torch") in split
-    assert gpu.headline_rows(on_gpu, exp1) == (["CartPole-v1"], [["PyTorch, eager / Linen", "20.00x \\| 3.50x"]])
+    assert gpu.headline_rows(on_gpu, exp1) == (["CartPole-v1, GPU", "CartPole-v1, CPU"],
+                                               [["PyTorch, eager / Linen", "20.00x", "3.50x"]])
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
