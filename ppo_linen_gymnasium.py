@@ -756,7 +756,8 @@ def train(args: Args, envs, log: RunLog, saved: dict | None = None):
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        first = f"{log.variant}: iteration 0, compiling"  # the bar's words until it moves
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout(train_state, runner, envs, policy_fn, batch_fn, args)

@@ -719,7 +719,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
         update_fn = nnx.jit(update_fn, donate_argnums=(0, 1))
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        first = f"{log.variant}: iteration 0, compiling"  # the bar's words until it moves
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout_fn(model, runner)

@@ -723,7 +723,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     rollout_fn, update_fn = cache(rollout_fn, model), cache(update_fn, model, optimizer)
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        first = f"{log.variant}: iteration 0, compiling"  # the bar's words until it moves
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout_fn(runner)

@@ -962,7 +962,9 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        # the bar's words until it moves
+        first = f"{log.variant}: iteration 0" + ("" if args.torch_env else ", compiling the env's step")
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout(agent, runner, env_step_fn, args)

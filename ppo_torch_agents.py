@@ -1046,7 +1046,9 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
         compile_hot_paths()
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        # the bar's words until it moves
+        first = f"{log.variant}: iteration 0" + (", compiling" if args.compile or not args.torch_env else "")
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout(model, params, generators, runner, env_step_fn, args)

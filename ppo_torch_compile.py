@@ -1018,7 +1018,9 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
         compile_hot_paths(args.compile_mode, args.compile_scope, args.torch_env)
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        # the bar's words until it moves
+        first = f"{log.variant}: iteration 0" + (", compiling" if args.compile_mode != "none" or not args.torch_env else "")
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout(agent, runner, env_step_fn, args)

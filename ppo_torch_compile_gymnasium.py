@@ -772,7 +772,9 @@ def train(args: Args, envs, log: RunLog, saved: dict | None = None):
         compile_hot_paths(args.compile_mode, args.compile_scope)
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        # the bar's words until it moves
+        first = f"{log.variant}: iteration 0" + (", compiling" if args.compile_mode != "none" else "")
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout(agent, runner, envs, args)

@@ -728,7 +728,8 @@ def train(args: Args, envs, log: RunLog, saved: dict | None = None):
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
 
     with Progress() as progress:
-        task = progress.add_task(log.variant, total=args.num_iterations)
+        first = f"{log.variant}: iteration 0"  # the bar's words until it moves
+        task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
             runner, batch, rollout_stats = rollout(agent, runner, envs, args)

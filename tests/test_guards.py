@@ -204,10 +204,16 @@ def guarded_runs(tmp_path_factory):
         key = case_id(script, changes)
         if key in made:
             return made[key]
-        windows, timed, work, counts, active = [], [], [], collections.Counter(), [True]
+        windows, timed, work, counts, active, bar = [], [], [], collections.Counter(), [True], []
 
         def watch(m):
             work.extend(with_delays(m, script, changes.get("torch_env", False)))
+
+            class Bar(m.Progress):  # what the progress bar says before iteration 0 ends
+                def add_task(self, description, *args, **kwargs):
+                    bar.append(description)
+                    return super().add_task(description, *args, **kwargs)
+            m.Progress = Bar
 
             class Watching(m.RunLog):
                 def iteration(self, iteration, times, stats):
@@ -223,7 +229,7 @@ def guarded_runs(tmp_path_factory):
 
         with counting_host_reads(counts, active):
             train_in_process(script, tmp_path_factory.mktemp("guarded"), watch, **{**ENV, **changes})
-        made[key] = windows[1:], timed[1:], work
+        made[key] = windows[1:], timed[1:], work, bar
         return made[key]
 
     return get
@@ -232,15 +238,26 @@ def guarded_runs(tmp_path_factory):
 @pytest.mark.parametrize("script,changes", CASES, ids=IDS)
 def test_no_host_read_but_the_fetch_and_the_handover(script, changes, guarded_runs):
     expected = expected_reads(script, changes)
-    seen, _, _ = guarded_runs(script, changes)
+    seen, *_ = guarded_runs(script, changes)
     assert len(seen) == TINY_ARGS["num_iterations"] - 1
     for i, reads in enumerate(seen, start=1):
         assert reads == expected, f"iteration {i}: host reads {dict(reads)}, by design {dict(expected)}"
 
 
 @pytest.mark.parametrize("script,changes", CASES, ids=IDS)
+def test_the_bar_says_iteration_0_compiles_where_it_does(script, changes, guarded_runs):
+    """Iteration 0 may take seconds: until it ends the bar names it, and says it compiles where this run
+    compiles (every JAX script; the torch scripts where torch.compile runs or a Gymnax env is jitted)."""
+    torch_env = changes.get("torch_env", False)
+    compiles = {"ppo_torch_gymnasium.py": False, "ppo_torch.py": not torch_env,
+                "ppo_torch_agents.py": changes.get("compile", False) or not torch_env}.get(script, True)
+    *_, bar = guarded_runs(script, changes)
+    assert len(bar) == 1 and bar[0].startswith("in-process: iteration 0") and ("compiling" in bar[0]) == compiles, bar
+
+
+@pytest.mark.parametrize("script,changes", CASES, ids=IDS)
 def test_sync_timing_splits_measure_the_work(script, changes, guarded_runs):
-    _, timed, work = guarded_runs(script, changes)
+    _, timed, work, _ = guarded_runs(script, changes)
     # at least half of it: the machine's load may slow the calibration more than the run
     rollout_work = STEPS * work[0] / 2
     update_work = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"] * work[1] / 2
