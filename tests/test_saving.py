@@ -246,6 +246,15 @@ def test_normalization_statistics_are_saved_and_restored(script, toggle, tmp_pat
     reset_obs = np.asarray(fresh.obs.mean) * (1e-4 + args.num_envs) / args.num_envs  # the first observations' mean (fresh: from 0)
     np.testing.assert_allclose(np.asarray(loaded.obs.mean), merged.mean + (reset_obs - merged.mean) * args.num_envs
                                / (merged.count + args.num_envs), rtol=1e-5, atol=1e-6)
+    # the variance too: the saved one merged with the reset batch's (whose variance the fresh run's gives back)
+    n, c0 = args.num_envs, 1e-4
+    reset_var = (np.asarray(fresh.obs.var, np.float64) * (c0 + n) - c0 - reset_obs**2 * c0 * n / (c0 + n)) / n
+    batch = reset_obs + np.sqrt(reset_var) * np.resize([-1.0, 1.0], (n, 1))  # n rows: that mean, that variance
+    expected = merged.update(batch)
+    np.testing.assert_allclose(np.asarray(loaded.obs.var), expected.var, rtol=1e-4, atol=1e-6)
+    for name in ("mean", "var", "count"):  # no reward is scaled before the first step: all as saved
+        np.testing.assert_allclose(np.asarray(getattr(loaded.reward, name)), saved["reward"][name], rtol=1e-6,
+                                   err_msg=f"the reward's {name} after reloading")
     np.testing.assert_array_equal(np.asarray(loaded.discounted), 0.0)
 
     with pytest.raises(SystemExit) as exit_info:
