@@ -426,7 +426,8 @@ class TorchEnv(NamedTuple):
 
     def fresh(self, num_envs: int, generator=None):
         """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator, or this one)."""
-        mine = {} if generator is None else {"generator": generator}  # (rand with one takes no symbolic sizes)
+        # passed only when given: torch.rand with a generator takes no symbolic sizes, which torch.compile may make
+        mine = {} if generator is None else {"generator": generator}
         draw = torch.rand(num_envs, len(self.low), device=self.low.device, **mine)
         return torch.lerp(self.low, self.high, draw)
 

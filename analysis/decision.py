@@ -1,6 +1,7 @@
-"""The answer a reader can act on (issue 33): one row per regime the study measured, the framework whose
-fastest variant was fastest there, and how much longer the other framework's fastest variant took, with
-its interval or range and the runs behind it; and the one sentence README opens with, written from the rows."""
+"""The answer a reader can act on (issue 33): one row per regime the study measured, the framework that was
+faster there (each represented, in each pair of runs, by its variant fastest in the other pairs), how much
+longer the other took, with its interval or range, the runs and hosts behind it, and the same over a run of
+RUN_LENGTH env steps; and the one sentence README opens with, written from the rows."""
 
 import math
 from collections import Counter
