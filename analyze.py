@@ -38,7 +38,7 @@ from analysis.learning import learning_section
 from analysis.output import Output, console
 from analysis.pixels import conv_section, pixels_learning_section, pixels_section
 from analysis.runs import EXPERIMENTS, find_runs, pack
-from analysis.target import target_section
+from analysis.target import target_section, write_targets
 from analysis.torchenv import cpucompile_section, torchenv_section
 from analysis.tuning import gemm_section, tuning_section
 
@@ -81,6 +81,7 @@ def report(args: Report) -> int:
      continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile) = by_experiment.values()  # in order
     # (headline: below)
     decision_section(by_experiment, o)
+    write_targets(by_experiment, out)  # what a run's end line compares its return with
     if headline := by_experiment["headline"] or exp1:  # the shuffled, repeated re-run of Experiment 1 where it ran
         headline_section(headline, cpuenv, agents, expensive, continuous, pixels, o)
     o.heading("The study")

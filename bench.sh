@@ -44,10 +44,10 @@ Presets (default: sweep)
              at --num-envs 32, 256, 1024 and 4096 (or --env-counts)
     cpucompile the CPU-env regimes with compiled PyTorch beside eager: {torch, torch_compile,
              linen}_gymnasium, and torch_compile_gymnasium at --compile-scope update (-update: the
-             policy step eager), on CartPole-v1 and Acrobot-v1 in Gymnasium's loop, on CartPole-v1
-             through EnvPool (-envpool), on Pendulum-v1 and HalfCheetah-v5 (MuJoCo) in the loop,
-             small, and on Atari's Breakout-v5 through EnvPool with the CNN at CleanRL's Atari
-             batch (subfolder atari); --sync-timing, 20 iterations (or --iterations)
+             policy step eager), on CartPole-v1 and Acrobot-v1 in Gymnasium's loop and through
+             EnvPool (-envpool), on Pendulum-v1, HalfCheetah-v5 and Hopper-v5 (MuJoCo) in the loop,
+             small, and on Atari's Breakout-v5 and Pong-v5 through EnvPool with the CNN at CleanRL's
+             Atari batch (subfolder atari); --sync-timing, 20 iterations (or --iterations)
     tuning   the evidence for the scripts' defaults: CartPole-v1 x small and medium, --sync-timing,
              20 iterations (or --iterations); Linen and eager torch with XLA's CPU threading on and
              off, torch on one intra-op thread and with a passive OpenMP wait, and torch_compile at
@@ -441,10 +441,10 @@ for r in $(seq 1 "$repeats"); do
             "${OWN_ENV_ENVS[@]}" -- "${OWN_ENV_ALONE[@]}" -- none
         done ;;
       cpucompile)
-        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 Acrobot-v1 Pendulum-v1 HalfCheetah-v5 -- \
+        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 Acrobot-v1 Pendulum-v1 HalfCheetah-v5 Hopper-v5 -- \
           "${COMPILED_CPU[@]}" -- small
-        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 -- "${COMPILED_ENVPOOL[@]}" -- small
-        add cpucompile "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 -- \
+        add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 Acrobot-v1 -- "${COMPILED_ENVPOOL[@]}" -- small
+        add cpucompile "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 Pong-v5 -- \
           "${COMPILED_ENVPOOL[@]}" -- cnn ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)

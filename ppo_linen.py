@@ -763,6 +763,18 @@ def set_matmul_precision(precision: str) -> dict:
     return {"jax": jax.config.jax_default_matmul_precision}
 
 
+def against_target(env_id: str, model: str, final: float | None) -> str:
+    """Whether a final return reached the study's target for this env and model, where analyze.py has written
+    one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
+    target = json.load(open(path)).get(env_id, {}).get(model) if os.path.exists(path) else None
+    if target is None or final is None:
+        return ""
+    reached = "reached" if final >= target["target"] else "not reached"
+    return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
+            f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
+
+
 def main():
     args = tyro.cli(Args)
     check_args(args)
@@ -792,7 +804,8 @@ def main():
     with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
         json.dump(summary, f, indent=2)
     evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
-    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}"
+          + against_target(args.env_id, args.model, summary["charts/episodic_return_final"]))
 
 
 if __name__ == "__main__":

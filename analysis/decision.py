@@ -15,6 +15,7 @@ from .cpuenv import defaults_only
 from .expensive import ITERATION
 from .gpu import precision
 from .output import NAMES
+from .target import SHARE, study_targets, time_to
 from .stats import STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
@@ -54,6 +55,7 @@ class Regime:
     also: Callable | None = None  # what else a run must be (a GPU run's matmul precision)
     value: Callable = ITERATION  # the time compared: the steady iteration (per agent for agents)
     setup: str = ""  # rows with one setup (the same envs and scripts at another model size) count once
+    learning: str | None = None  # the experiment whose runs learn for a whole run: time to the target return
 
     def keep(self, run) -> bool:
         return (run.env_id in self.envs and run.model in self.models
@@ -73,8 +75,9 @@ JAX_ENVS = ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar", "Asterix-MinAtar") 
 TORCH_TWINS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")  # the envs in torch the study ran
 REGIMES = [
     Regime("JAX env, small model", "the env is JAX code (Gymnax), which PyTorch steps through DLPack, 64-wide MLP",
-           "headline, exp1", JAX_ENVS, setup="JAX env"),
-    Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", JAX_ENVS, ("medium",), setup="JAX env"),
+           "headline, exp1", JAX_ENVS, setup="JAX env", learning="headline"),
+    Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", JAX_ENVS, ("medium",), setup="JAX env",
+           learning="headline"),
     Regime("each framework's own env, small model", "JAX steps Gymnax, PyTorch the same envs written in torch "
            "(CartPole-v1, Acrobot-v1, Pendulum-v1), 64-wide MLP", "torchenv", TORCH_TWINS, variants=OWN_ENV,
            setup="own env"),
@@ -82,22 +85,23 @@ REGIMES = [
            OWN_ENV, setup="own env"),
     Regime("CPU env, Gymnasium's loop", "a Python env stepped by Gymnasium's SyncVectorEnv, small model",
            "cpucompile, cpuenv", ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar"), variants=LOOP),
-    Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpucompile, cpuenv", ("CartPole-v1",),
-           variants=ENVPOOL),
+    Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpucompile, cpuenv",
+           ("CartPole-v1", "Acrobot-v1"), variants=ENVPOOL),
     Regime("expensive JAX env", "Craftax: a JAX env whose step costs more than a small model", "expensive",
            ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")),
     Regime("many agents, one process", "N agents trained at once (vmap, torch.func), the largest N measured, "
            "time per agent", "agents", ("CartPole-v1",), value=PER_AGENT),
     Regime("continuous actions, JAX env", "Pendulum-v1 in Gymnax, a Gaussian policy, small model", "continuous",
-           ("Pendulum-v1",), variants=JAX_ENV),
-    Regime("continuous actions, MuJoCo", "HalfCheetah-v5, MuJoCo's C engine in Gymnasium's loop, small model",
-           "cpucompile, continuous", ("HalfCheetah-v5",), variants=LOOP),
+           ("Pendulum-v1",), variants=JAX_ENV, learning="continuous-learning"),
+    Regime("continuous actions, MuJoCo", "HalfCheetah-v5 and Hopper-v5, MuJoCo's C engine in Gymnasium's loop, "
+           "small model", "cpucompile, continuous", ("HalfCheetah-v5", "Hopper-v5"), variants=LOOP,
+           learning="continuous-learning"),
     Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN (JAX convolving on a CPU as patches times the kernel, "
            "the scripts' way around XLA's slow convolution gradient)", "pixels", ("Breakout-MinAtar", "Asterix-MinAtar"),
-           ("cnn",), JAX_ENV),
+           ("cnn",), JAX_ENV, learning="pixels-learning"),
     Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN (JAX's as patches, as above), "
            "CleanRL's Atari batch",
-           "cpucompile, pixels", ("Breakout-v5",), ("cnn",), ENVPOOL),
+           "cpucompile, pixels", ("Breakout-v5", "Pong-v5"), ("cnn",), ENVPOOL),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
            also=lambda r: precision(r) == "float32"),
 ]
@@ -133,13 +137,17 @@ def decide(runs, value) -> dict | None:
     if len({framework(r.variant) for r in runs}) < 2:
         return None
     cells = sorted({cell(r) for r in runs if value(r) is not None})
-    chosen, per_env = {}, {}
+    chosen, per_env, missed, paired = {}, {}, Counter(), 0
     for c in cells:
         others = [r for r in runs if cell(r) != c]
         if len({framework(r.variant) for r in others}) < 2:
             continue
         here = {r.variant: value(r) for r in runs if cell(r) == c and value(r)}
         pick = {fw: fastest(others, fw, value) for fw in ("JAX", "PyTorch")}
+        ran = {r.variant for r in runs if cell(r) == c}
+        if all(v in ran for v in pick.values()):  # a run with no value: too short, or it never reached a target
+            paired += 1
+            missed.update(fw for fw, v in pick.items() if v not in here)
         if all(v in here for v in pick.values()):
             chosen[c] = pick
             per_env.setdefault(c[0], []).append(here[pick["PyTorch"]] / here[pick["JAX"]])
@@ -151,14 +159,32 @@ def decide(runs, value) -> dict | None:
     winner, loser = ("JAX", "PyTorch") if row["geomean"] >= 1 else ("PyTorch", "JAX")
     if winner == "PyTorch":  # the loser's time over the winner's
         row = ratio_row([1 / r for r in per_env])
-    return {"winner": picks[winner][0][0], "loser": picks[loser][0][0], "picks": picks, "row": row,
+    return {"winner": picks[winner][0][0], "loser": picks[loser][0][0], "picks": picks, "row": row, "missed": missed,
+            "paired": paired,
             "tie": not below(1, row), "devices": {r.info.get("device") for r in runs},
             "runs": sum(cell(r) in chosen and r.variant in chosen[cell(r)].values() for r in runs),
             "hosts": sorted({host_of(r) for r in runs if cell(r) in chosen})}
 
 
-def decision_rows(by_experiment: dict) -> list[dict]:
-    rows = []
+def to_target(regime: Regime, by_experiment: dict, targets: dict) -> dict | str | None:
+    """decide() on the seconds from a process's start to the iteration that reached its env's target return
+    (results/targets.json's), over the regime's learning runs: a pair whose pick never reached it is counted
+    as missed, not dropped unsaid."""
+    if regime.learning is None:
+        return None
+    if not (runs := [r for r in by_experiment.get(regime.learning, []) if regime.keep(r)]):
+        return None
+    value = lambda r: time_to(r, t["target"]) if (t := targets.get((r.env_id, r.model))) else None
+    if decided := decide(runs, value):
+        return decided
+    reached = {fw: f"{sum(value(r) is not None for r in mine)} of {len(mine)}" for fw in ("JAX", "PyTorch")
+               if (mine := [r for r in runs if framework(r.variant) == fw])}
+    return (f"not decided: fewer than {MIN_REPEATS} pairs where both picks reached it (runs that did: "
+            + ", ".join(f"{fw} {n}" for fw, n in reached.items()) + ")")
+
+
+def decision_rows(by_experiment: dict, targets: dict | None = None) -> list[dict]:
+    rows, targets = [], study_targets(by_experiment) if targets is None else targets
     for regime in REGIMES:
         kept = ((e, [r for r in (most_agents(by_experiment.get(e, [])) if e == "agents" else by_experiment.get(e, []))
                      if regime.keep(r)]) for e in regime.experiment.split(", "))
@@ -168,7 +194,7 @@ def decision_rows(by_experiment: dict) -> list[dict]:
         if runs:
             rows.append({"regime": regime, **(decide(runs, regime.value)
                                               or {"why": undecided(runs, regime.value), "runs": len(runs)}),
-                         "whole": decide(runs, run_of_length)})
+                         "whole": decide(runs, run_of_length), "target": to_target(regime, by_experiment, targets)})
     return rows
 
 
@@ -218,13 +244,16 @@ def answer(rows: list[dict]) -> str:
                        if open_ else "")
 
 
-def whole_cell(row: dict) -> str:
-    """The same decision for a run of RUN_LENGTH env steps, start-up and compilation included."""
-    whole = row.get("whole")
-    if whole is None:
-        return "–"
-    first = label(whole["winner"]) if not whole["tie"] else f"neither beyond the spread ({label(whole['winner'])} by the mean)"
-    return f"{first}: {label(whole['loser'])} / {label(whole['winner'])} {ratio_cell(whole['row'])}"
+def verdict_cell(decided: dict | str | None, why_none: str = "–") -> str:
+    """Another decision on the same regime (a whole run, the time to a target) in one cell, with the pairs
+    where a framework's pick had no time (it never reached the target)."""
+    if not isinstance(decided, dict):
+        return decided or why_none
+    first = label(decided["winner"]) if not decided["tie"] else (
+        f"neither beyond the spread ({label(decided['winner'])} by the mean)")
+    missed = "".join(f"; {fw}'s pick never reached it in {n} of {decided['paired']} pairs"
+                     for fw, n in sorted(decided["missed"].items()))
+    return f"{first}: {label(decided['loser'])} / {label(decided['winner'])} {ratio_cell(decided['row'])}{missed}"
 
 
 def fastest_cell(row: dict) -> str:
@@ -236,7 +265,14 @@ def fastest_cell(row: dict) -> str:
 
 
 def decision_section(by_experiment: dict, out):
-    rows = decision_rows(by_experiment)
+    targets = study_targets(by_experiment)
+    rows = decision_rows(by_experiment, targets)
+    learning = {}  # experiment: {env: iterations}
+    for regime in REGIMES:
+        for env, model in ((e, m) for e in regime.envs for m in regime.models if (e, m) in targets and regime.learning):
+            learning.setdefault(regime.learning, {})[env] = targets[env, model]["iterations"]
+    timed = "; ".join(f"{experiment} ({', '.join(sorted(envs))}; {'/'.join(map(str, sorted(set(envs.values()))))} "
+                      "iterations)" for experiment, envs in sorted(learning.items()))
     if not any("winner" in row for row in rows):
         return
     out.heading("The answer by regime")
@@ -244,17 +280,24 @@ def decision_section(by_experiment: dict, out):
     out.table("Which framework is fastest where: in each regime, each framework represented in every pair (env and "
               "repeat) by its variant that was fastest in the other pairs, and the slower one's time over the faster "
               "one's (steady iterations)",
-              ["regime", "when", "fastest", "the other framework's / the fastest's", "time, A / B", "runs (host)",
-               f"a run of {RUN_LENGTH / 1e6:g}M env steps, start-up and compilation included: fastest, A / B"],
+              ["regime", "when", "fastest", "the other framework's / the fastest's", "time, A / B", "runs (host)"],
               [[row["regime"].name, row["regime"].condition, fastest_cell(row),
                 f"{label(row['loser'])} / {label(row['winner'])}", ratio_cell(row["row"]),
-                f"{row['runs']} ({', '.join(row['hosts'])})", whole_cell(row)]
-               if "winner" in row else [row["regime"].name, row["regime"].condition, "–", "–", row["why"], row["runs"],
-                                        whole_cell(row)]
+                f"{row['runs']} ({', '.join(row['hosts'])})"]
+               if "winner" in row else [row["regime"].name, row["regime"].condition, "–", "–", row["why"], row["runs"]]
                for row in rows],
               block="decision",
               note="A variant is chosen in the pairs it is not measured in (choosing on the measured runs favours "
-                   "JAX, which has four). The ratio is the geometric mean over pairs (results.md's tables give "
-                   "medians); a framework is the fastest where its interval (5 envs or more) or range (of the env "
-                   "means, or of one env's repeats) lies above 1. Runs: those behind the ratio, or all the "
-                   "regime's where none is.")
+                   "JAX, which has four). The ratio: geometric mean over pairs (results.md's tables give medians); "
+                   "fastest where its interval (5 envs or more) or range (of env means, or of one env's repeats) "
+                   "lies above 1. Runs: those behind the ratio, or all the regime's.")
+    out.table("Where compilation pays: the same regimes over a whole run of a stated length, and to a good policy",
+              ["regime", f"a run of {RUN_LENGTH / 1e6:g}M env steps, start-up and compilation included: fastest, A / B",
+               "time from the start to the target return: fastest, A / B"],
+              [[row["regime"].name, verdict_cell(row["whole"]), verdict_cell(row["target"], "no learning runs")]
+               for row in rows],
+              block="decision-length",
+              note=f"{RUN_LENGTH / 1e6:g}M env steps: start-up, iterations 0..{STEADY_FROM - 1} as measured, then "
+                   f"the steady iteration. Target: {SHARE:.0%} of the way from the runs' start to the best variant's "
+                   f"median final return (results/targets.json), timed on {timed}; a pick that never reached it is "
+                   "counted, outside the ratio.")

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import agents, continuous, cpuenv, expensive, pixels
 from .exp1 import REFERENCE, linen_seconds, model_size_table, pairs_for, runs_behind
-from .output import NAMES, color, fmt, name, variant_order
+from .output import NAMES, color, fmt, markdown_table, name, variant_order
 from .runs import EXPERIMENTS
 from .stats import (MODELS, TOO_SHORT, TOO_SHORT_NOTE, below, bucket_means, missing, models_in, not_below, one_ratio,
                     ratio_cell, session_of, steady, total_time)
@@ -85,15 +85,21 @@ def headline_section(exp1, cpuenv_runs, agent_runs, expensive_runs, continuous_r
               note=f"Runs per variant — {runs_behind(exp1)}. A ratio above 1: that variant takes longer than "
                    f"Linen. 95% intervals over envs; fewer than 5 envs give their number and the range instead. "
                    f"{TOO_SHORT_NOTE}")
-    rows = []
     compile_cells = [f"{name(v, exp1)} {fmt(bucket_means(exp1, v, 'small')[0])} s"
                      for v in (REFERENCE, "torch", "torch_compile")
                      if bucket_means(exp1, v, "small")]
-    rows.append(["compilation: iteration 0 (small model, mean over runs)", ", ".join(compile_cells)])
-    rows += cpuenv.headline_rows(cpuenv_runs) + agents.headline_rows(agent_runs) + expensive.headline_rows(expensive_runs)
-    rows += continuous.headline_rows(continuous_runs) + pixels.headline_rows(pixel_runs)
-    out.table("What else a user weighs (small model, unless a line names another)", ["", "measured"], rows,
-              block="headline-more")
+    groups = {"compilation": [["iteration 0 (small model, mean over runs)", ", ".join(compile_cells)]],
+              "CPU environments": cpuenv.headline_rows(cpuenv_runs), "many agents": agents.headline_rows(agent_runs),
+              "expensive env": expensive.headline_rows(expensive_runs),
+              "continuous actions": continuous.headline_rows(continuous_runs), "pixels": pixels.headline_rows(pixel_runs)}
+    lines = []  # one short table per topic, README's block all of them
+    for topic, rows in groups.items():
+        rows = [[text.removeprefix(f"{topic}, ").removeprefix(f"{topic}: "), value] for text, value in rows]
+        if rows and rows[0][1]:
+            out.table(f"What else a user weighs: {topic} (small model, unless a line names another)",
+                      [topic, "measured"], rows)
+            lines += [*markdown_table([topic, "measured"], rows), ""]
+    out.block("headline-more", lines[:-1])
     plot_headline(exp1, models, variants, out)
     model_size_table(exp1, pairs_for({r.variant for r in exp1}), out)
     size_claims(exp1, out)

@@ -4,12 +4,16 @@ first iteration whose mean episodic return reaches the env's target: SHARE of th
 start to the best variant's final return there (the best of the variants' medians over their runs, so that
 one lucky seed does not set it). Runs that never reach it are counted as such."""
 
+import json
+
 import numpy as np
 
 from .exp1 import REFERENCE
 from .output import NAMES, color, fmt, variant_order
 
 SHARE = 0.9  # of the way from the start to the best final return: 90%
+# the experiments whose runs learn for a whole run of the scripts' length, every variant as long: the newer first
+LEARNING = ("headline", "exp1", "continuous-learning", "pixels-learning")
 
 
 def first_return(run) -> float | None:
@@ -25,6 +29,28 @@ def target_of(runs) -> float | None:
     if not starts or not finals or max(finals) <= np.median(starts):
         return None
     return float(np.median(starts) + SHARE * (max(finals) - np.median(starts)))
+
+
+def study_targets(by_experiment: dict) -> dict:
+    """Each (env, model)'s target from the first LEARNING experiment that ran it, with what it came from:
+    what a run's end line compares its return with (results/targets.json) and the decision table times."""
+    targets = {}
+    for experiment in LEARNING:
+        runs = by_experiment.get(experiment, [])
+        for env, model in sorted({(r.env_id, r.model) for r in runs}):
+            sel = [r for r in runs if (r.env_id, r.model) == (env, model)]
+            if (env, model) not in targets and (target := target_of(sel)) is not None:
+                targets[env, model] = {"target": round(target, 2), "share": SHARE, "experiment": experiment, "runs": len(sel),
+                                       "iterations": max(r.num_iterations for r in sel)}
+    return targets
+
+
+def write_targets(by_experiment: dict, folder) -> None:
+    """results/targets.json: {env: {model: target}}, which a run's end line reads where it sits beside the script."""
+    nested = {}
+    for (env, model), target in study_targets(by_experiment).items():
+        nested.setdefault(env, {})[model] = target
+    (folder / "targets.json").write_text(json.dumps(nested, indent=1, sort_keys=True) + "\n")
 
 
 def time_to(run, target: float) -> float | None:

@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from .decision import REGIMES
 from .output import color
 from .stats import below, median_of, median_range, not_below, pair_ratios, ratio_row, sessions_note, steady
 
@@ -185,12 +186,14 @@ def torchenv_claims(ratios, own_over_gymnax, alone, out):
 # ---- the CPU-env regimes with compiled PyTorch (bench.sh cpucompile)
 EAGER_CPU, COMPILED_CPU, LINEN_CPU = "torch_gymnasium", "torch_compile_gymnasium", "linen_gymnasium"
 SCOPES = {"": "update, policy step", "-update": "update; policy step eager"}  # the compiled script's scopes
-# each kind of CPU env the decision table has a regime for: its name in the claims, its envs, the variants' suffix
-KINDS = {"Gymnasium's loop": ("loop", ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar"), ""),
-         "EnvPool": ("envpool", ("CartPole-v1", "Acrobot-v1"), "-envpool"),
-         "MuJoCo": ("mujoco", ("HalfCheetah-v5",), ""),
+# each kind of CPU env the decision table has a regime for: its name in the claims, its envs (the regime's), the
+# variants' suffix; and Pendulum in the loop, which has none
+ENVS_OF = {regime.name: regime.envs for regime in REGIMES}
+KINDS = {"Gymnasium's loop": ("loop", ENVS_OF["CPU env, Gymnasium's loop"], ""),
+         "EnvPool": ("envpool", ENVS_OF["CPU env, EnvPool"], "-envpool"),
+         "MuJoCo": ("mujoco", ENVS_OF["continuous actions, MuJoCo"], ""),
          "Pendulum in the loop": ("pendulum", ("Pendulum-v1",), ""),
-         "Atari through EnvPool, the CNN": ("atari", ("Breakout-v5",), "-envpool")}
+         "Atari through EnvPool, the CNN": ("atari", ENVS_OF["pixels, Atari"], "-envpool")}
 
 
 def kind_runs(runs, kind: str) -> list:
@@ -204,10 +207,10 @@ def cpucompile_section(runs, out):
     out.heading("Compiled PyTorch on CPU envs",
                 "The CPU-env regimes again, compiled PyTorch (ppo_torch_compile_gymnasium.py: GAE and the whole "
                 "minibatch step compiled, and the policy step too unless --compile-scope update) beside eager and "
-                "Linen, in one shuffled session (bench.sh cpucompile: Gymnasium's loop on CartPole-v1 and Acrobot-v1, "
-                "EnvPool on CartPole-v1, Pendulum-v1 and MuJoCo's HalfCheetah-v5 in the loop, at the scripts' batch, "
-                "small model; Atari's Breakout-v5 through EnvPool with the Nature CNN at CleanRL's Atari batch; "
-                "synced). Steady state: iterations 8..end.", sessions_note(runs))
+                "Linen, each repeat in a shuffled order (bench.sh cpucompile: Gymnasium's loop on CartPole-v1 and "
+                "Acrobot-v1, EnvPool on both, Pendulum-v1 and MuJoCo's HalfCheetah-v5 and Hopper-v5 in the loop, at the "
+                "scripts' batch, small model; Atari's Breakout-v5 and Pong-v5 through EnvPool with the Nature CNN at "
+                "CleanRL's Atari batch; synced). Steady state: iterations 8..end.", sessions_note(runs))
     rows, found = [], {}
     for kind, (slug, _, suffix) in KINDS.items():
         sel = kind_runs(runs, kind)

@@ -823,6 +823,35 @@ def test_each_frameworks_variant_is_chosen_where_it_is_not_measured(tmp_path):
         "1.88x as long); in one (CPU env, Gymnasium's loop) neither was faster beyond the spread over envs or repeats.")
 
 
+def test_time_to_target_per_regime_counts_the_pairs_that_never_reached_it(tmp_path):
+    """Each decision row's time to the target return comes from its learning runs, each framework's pick
+    chosen in the other pairs as for the steady state; torch.compile reaches the target faster than eager
+    PyTorch in repeats 1 to 3 and never in repeat 4: it is PyTorch's pick there too, its pair leaves the
+    ratio and is counted. The target is the one results/targets.json gives that env and model."""
+    from analysis import decision, target
+
+    runs_dir = tmp_path / "runs"
+    for seed in (1, 2, 3, 4):
+        for variant, factor, final in (("linen", 1.0, 100.0), ("torch", 2.0, 100.0),
+                                       ("torch_compile", 1.5, 50.0 if seed == 4 else 100.0)):
+            fake_run(runs_dir / "headline" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
+                     [x * factor for x in ITERATIONS], final_return=final, synced=True)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    by_experiment = {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS}
+    target.write_targets(by_experiment, tmp_path)
+    written = json.loads((tmp_path / "targets.json").read_text())["CartPole-v1"]["small"]
+    assert written == {"target": pytest.approx(100 / 18 + 0.9 * (100 - 100 / 18), abs=0.01), "share": 0.9, "experiment": "headline",
+                       "runs": 12, "iterations": 18}
+    row = decision.decision_rows(by_experiment)[0]
+    reached = decision.to_target(row["regime"], by_experiment, target.study_targets(by_experiment))
+    assert row["target"]["row"]["geomean"] == reached["row"]["geomean"]
+    assert reached["picks"] == {"JAX": [("linen", 3)], "PyTorch": [("torch_compile", 3)]}
+    # the target is crossed at the 17th iteration (100 * 17 / 18 >= 90.6): start-up and 16.5 s of iterations, scaled
+    assert reached["row"]["geomean"] == pytest.approx((STARTUP + 1.5 * 16.5) / (STARTUP + 16.5))
+    assert (reached["row"]["ratios"], reached["missed"], reached["paired"]) == (3, {"PyTorch": 1}, 4)
+    assert decision.verdict_cell(reached).endswith("; PyTorch's pick never reached it in 1 of 4 pairs")
+
+
 def test_each_regime_holds_its_envs_and_no_other():
     """Every regime keeps a run on each env it names and on no other env any script steps (a Gymnasium
     Pendulum among the MuJoCo runs would pool two envs under one name); and what it names is what it says:

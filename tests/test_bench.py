@@ -43,10 +43,10 @@ def test_full_schedule():
     # x 9 counts; agents: CartPole-v1 and Breakout-MinAtar x (4 batched variants x 4 counts + 4 single-agent);
     # expensive: the two Craftax envs and three cheap ones x 6 variants x 2 sizes; torchenv: 3 envs x 6
     # variants x 2 sizes, and each env alone 4 ways at 4 counts; cpucompile: 4 variants (eager, compiled at two
-    # scopes, Linen) x (4 envs in the loop, CartPole through EnvPool, Atari)
+    # scopes, Linen) x (5 envs in the loop, CartPole and Acrobot through EnvPool, Breakout and Pong on Atari)
     assert per_experiment(lines) == {"warmup": 4, "exp1": 216, "exp2": 120, "exp3": 30, "cpuenv": 144,
                                      "envscale": (8 + 4 + 4 + 2) * 9, "agents": 2 * (4 * 4 + 4),
-                                     "expensive": 5 * 6 * 2, "torchenv": 3 * 6 * 2 + 3 * 4 * 4, "cpucompile": 4 * 6}
+                                     "expensive": 5 * 6 * 2, "torchenv": 3 * 6 * 2 + 3 * 4 * 4, "cpucompile": 4 * 9}
     assert all("--sync-timing" in line for line in lines
                if line.startswith(("[exp2", "[exp3", "[cpuenv", "[env")) and "env_alone.py" not in line)
     assert not any("--sync-timing" in line for line in lines if line.startswith(("[exp1", "[warmup")))
@@ -71,8 +71,8 @@ def test_torchenv_and_cpucompile_plans():
     assert all("--num-iterations 30" in l for l in counts if "env_alone.py" not in l)
     assert not planned("torchenv", "--envs", "Breakout-MinAtar")  # no torch twin: nothing to plan
     lines = planned("cpucompile")
-    atari = [line for line in lines if "Breakout-v5" in line]
-    assert len(atari) == 4 and all("--model cnn" in l and "/atari" in l and "--num-envs 8" in l for l in atari)
+    atari = [line for line in lines if "Breakout-v5" in line or "Pong-v5" in line]
+    assert len(atari) == 8 and all("--model cnn" in l and "/atari" in l and "--num-envs 8" in l for l in atari)
     assert {l.split()[3] for l in lines} == {"ppo_torch_gymnasium.py", "ppo_torch_compile_gymnasium.py",
                                              "ppo_linen_gymnasium.py"}
 
@@ -254,7 +254,7 @@ def test_tuning_runs_each_setting_in_its_folder():
 def test_filters():
     assert per_experiment(planned("sweep", "--envs", "CartPole-v1,Acrobot-v1", "--models", "small")) == \
         {"warmup": 4, "exp1": 12, "exp2": 20, "exp3": 10, "cpuenv": (8 + 6) * 2, "envscale": (8 + 6 + 4 + 3) * 9,
-         "agents": 2 * (4 * 4 + 4), "expensive": 6, "torchenv": 2 * 6 + 2 * 4 * 4, "cpucompile": 4 * 2 + 4}
+         "agents": 2 * (4 * 4 + 4), "expensive": 6, "torchenv": 2 * 6 + 2 * 4 * 4, "cpucompile": 4 * 2 + 4 * 2}
     lines = planned("exp2", "--variants", "linen,torch_compile")
     assert len(lines) == 24 and all("ppo_linen.py" in x or "ppo_torch_compile.py" in x for x in lines)
     assert len(planned("exp1", "--envs", "extra", "--models", "large")) == 7 * 6

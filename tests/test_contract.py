@@ -383,3 +383,22 @@ def test_a_gpu_left_unused_is_said(script, tmp_path, monkeypatch, capsys):
         with pytest.raises(KeyboardInterrupt):
             module.main()
         assert (warning in capsys.readouterr().err) == gpu
+
+
+def test_the_end_line_says_whether_the_study_target_was_reached(tmp_path):
+    """A run ends by comparing its final return with the study's target for its env and model
+    (results/targets.json, which analyze.py writes): the same function in every script, reading the
+    committed file, silent where the file has no target."""
+    texts = {script: next(ast.get_source_segment(source, node) for node in ast.parse(source).body
+                          if getattr(node, "name", None) == "against_target")
+             for script in SCRIPTS for source in [(ROOT / script).read_text()]}
+    assert len(set(texts.values())) == 1, "against_target differs between scripts"
+    target = read_json(ROOT / "results" / "targets.json")["CartPole-v1"]["small"]
+    against_target = load("ppo_linen.py").against_target
+    assert against_target("CartPole-v1", "small", target["target"]).endswith(f"{target['target']:g}: reached")
+    assert against_target("CartPole-v1", "small", target["target"] - 1).endswith(": not reached")
+    assert against_target("CartPole-v1", "large", 0.0) == against_target("CartPole-v1", "small", None) == ""
+    proc = run("ppo_linen.py", *TINY, log_dir=tmp_path)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert f"the study's target for CartPole-v1, small model ({target['share']:.0%} of the way" in last, last
+    assert last.endswith(f"{target['target']:g}: not reached"), last  # 10 tiny iterations learn little

@@ -52,6 +52,12 @@ def test_every_generated_block_regenerates(regenerated):
                            f"(edited by hand, or stale): run `{REGENERATE}`")
 
 
+def test_the_targets_a_run_compares_with_regenerate(regenerated):
+    """results/targets.json, which every script's end line reads, is what the committed archive gives."""
+    assert (ROOT / "results" / "targets.json").read_text() == (regenerated / "targets.json").read_text(), (
+        f"results/targets.json is not what {' and '.join(ARCHIVES)} give: run `{REGENERATE}`")
+
+
 def test_the_scripts_defaults_are_the_fastest_measured(regenerated):
     """What docs/results.md's tuning found fastest is what the scripts run when nothing is set:
     torch_compile's scope, and XLA's threading (the JAX scripts and the torch scripts that host it)."""
