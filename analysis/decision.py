@@ -91,8 +91,9 @@ REGIMES = [
            ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")),
     Regime("many agents, one process", "N agents trained at once (vmap, torch.func), the largest N measured, "
            "time per agent", "agents", ("CartPole-v1",), value=PER_AGENT),
-    Regime("continuous actions, JAX env", "Pendulum-v1 in Gymnax, a Gaussian policy, small model", "continuous",
-           ("Pendulum-v1",), variants=JAX_ENV, learning="continuous-learning"),
+    Regime("continuous actions, JAX env", "Pendulum-v1 and MountainCarContinuous-v0 in Gymnax, a Gaussian policy, "
+           "small model", "continuous", ("Pendulum-v1", "MountainCarContinuous-v0"), variants=JAX_ENV,
+           learning="continuous-learning"),
     Regime("continuous actions, MuJoCo", "HalfCheetah-v5 and Hopper-v5, MuJoCo's C engine in Gymnasium's loop, "
            "small model", "cpucompile, continuous", ("HalfCheetah-v5", "Hopper-v5"), variants=LOOP,
            learning="continuous-learning"),
