@@ -314,3 +314,62 @@ def scale_reward(stats: Running, discounted, reward, terminated, gamma):
     discounted = discounted * gamma * (1 - terminated) + reward
     stats = stats.update(discounted)
     return stats, discounted, np.clip(reward / np.sqrt(stats.var + 1e-8), -10, 10)
+
+
+# ---- DQN (dqn_*.py): CleanRL's dqn.py, step by step. A Q-network is [(kernel (in, out), bias), ...] with ReLU
+# between layers; a batch is (obs, next_obs, action, reward, terminated) as the replay buffer stores it.
+def q_forward(layers, x):
+    """The Q-values and every layer's input (for the backward pass)."""
+    inputs = [x]
+    for kernel, bias in layers[:-1]:
+        x = np.maximum(x @ kernel + bias, 0.0)
+        inputs.append(x)
+    return x @ layers[-1][0] + layers[-1][1], inputs
+
+
+def td_loss_and_grads(layers, target_layers, batch, gamma):
+    """The squared TD error's mean, the online Q-values of the actions taken, and the gradients: the
+    target from the target network's best next action, no bootstrap after a termination."""
+    obs, next_obs, action, reward, terminated = (np.asarray(x, np.float64) for x in batch)
+    target = reward + (1 - terminated) * gamma * q_forward(as64_layers(target_layers), next_obs)[0].max(-1)
+    q, inputs = q_forward(as64_layers(layers), obs)
+    taken = q[np.arange(len(q)), action.astype(int)]
+    d_q = np.zeros_like(q)
+    d_q[np.arange(len(q)), action.astype(int)] = 2 * (taken - target) / len(q)
+    grads = []
+    for i in reversed(range(len(layers))):
+        grads.append((inputs[i].T @ d_q, d_q.sum(0)))
+        if i:
+            d_q = (d_q @ np.asarray(layers[i][0], np.float64).T) * (inputs[i] > 0)  # through ReLU
+    return ((taken - target) ** 2).mean(), taken, grads[::-1]
+
+
+def as64_layers(layers):
+    return [(np.asarray(k, np.float64), np.asarray(b, np.float64)) for k, b in layers]
+
+
+def dqn_adam_steps(layers, target_layers, batches, gamma, learning_rate, betas=(0.9, 0.999), eps=1e-8):
+    """Adam with bias correction at a constant rate, no clipping (CleanRL's DQN), one step per batch, the
+    target network fixed: the layers after each step."""
+    params = np.concatenate([a.ravel() for layer in as64_layers(layers) for a in layer])
+    m, v, out = np.zeros_like(params), np.zeros_like(params), []
+    unflat_layers = lambda p: unflat(p, {"actor": as64_layers(layers)})["actor"]
+    for count, batch in enumerate(batches, 1):
+        g = np.concatenate([a.ravel() for layer in td_loss_and_grads(unflat_layers(params), target_layers, batch,
+                                                                     gamma)[2] for a in layer])
+        m, v = betas[0] * m + (1 - betas[0]) * g, betas[1] * v + (1 - betas[1]) * g ** 2
+        params = params - learning_rate * (m / (1 - betas[0] ** count)) / (np.sqrt(v / (1 - betas[1] ** count)) + eps)
+        out.append(unflat_layers(params))
+    return out
+
+
+def dqn_schedule(global_step, total_timesteps, start_e, end_e, exploration_fraction, learning_starts,
+                 train_frequency, target_network_frequency, num_envs=1):
+    """At the vector step that starts at global_step: epsilon (CleanRL's linear_schedule), whether it
+    trains and whether it updates the target: CleanRL's global steps past learning_starts that are
+    multiples of each frequency, of which a vector step of num_envs envs covers global_step..+num_envs-1."""
+    slope = (end_e - start_e) / (exploration_fraction * total_timesteps)
+    covers = lambda every: any((global_step + i) % every == 0 for i in range(num_envs))
+    learning = global_step > learning_starts
+    return max(slope * global_step + start_e, end_e), learning and covers(train_frequency), learning and covers(
+        target_network_frequency)
