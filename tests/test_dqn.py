@@ -2,6 +2,8 @@
 gradients and Adam steps from one batch; epsilon, the updates and the target copies at CleanRL's steps; the
 replay buffer's ring and its sampling; and the contract a run keeps."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,15 +15,113 @@ TINY = ["--total-timesteps", "2000", "--learning-starts", "500", "--log-frequenc
         "--batch-size", "32"]
 
 
-def linen_layers(params):
-    dense = params["params"]
-    return [(np.asarray(dense[f"Dense_{i}"]["kernel"]), np.asarray(dense[f"Dense_{i}"]["bias"]))
-            for i in range(len(dense))]
+class Linen:
+    """What the tests need of dqn_linen.py: its functional train state."""
+
+    @staticmethod
+    def make(dqn, args, layers, target):
+        state = dqn.make_train_state(jax.random.key(0), (layers[0][0].shape[0],), layers[-1][0].shape[1], args)
+        params = lambda ls: {"params": {f"Dense_{i}": {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
+                                        for i, (k, b) in enumerate(ls)}}
+        return state.replace(params=params(layers), target_params=params(target), opt_state=state.tx.init(params(layers)))
+
+    @staticmethod
+    def update(dqn, state, batch, gamma):
+        return dqn.td_update(state, tuple(map(jnp.asarray, batch)), gamma)
+
+    @staticmethod
+    def layers(state, target=False):
+        dense = (state.target_params if target else state.params)["params"]
+        return [(np.asarray(dense[f"Dense_{i}"]["kernel"]), np.asarray(dense[f"Dense_{i}"]["bias"]))
+                for i in range(len(dense))]
+
+    @staticmethod
+    def stepper(dqn, args, env, env_params, seed):
+        """One iteration at a time: the state after it, its stats, and its optimizer's step count."""
+        obs, env_state = dqn.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        state = dqn.make_train_state(jax.random.key(0), (4,), 2, args)
+        runner = dqn.Runner(jax.random.key(seed + 1), env_state, obs, dqn.Buffer.empty(args.buffer_size, 4), jnp.int32(0))
+        step = jax.jit(lambda s, r: dqn.iteration(s, r, env, env_params, args))
+        while True:
+            state, runner, stats = step(state, runner)
+            yield state, stats, int(state.opt_state[0].count)
+
+    @staticmethod
+    def buffer(dqn, capacity, obs_dim):
+        return dqn.Buffer.empty(capacity, obs_dim)
+
+    @staticmethod
+    def add(buffer, *transition):
+        return buffer.add(*map(jnp.asarray, transition))
+
+    @staticmethod
+    def sample(buffer, n):
+        return np.asarray(buffer.sample(jax.random.key(0), n)[0])
 
 
-def linen_params(layers):
-    return {"params": {f"Dense_{i}": {"kernel": jnp.asarray(k, jnp.float32), "bias": jnp.asarray(b, jnp.float32)}
-                       for i, (k, b) in enumerate(layers)}}
+class Torch:
+    """What the tests need of dqn_torch.py: its modules and optimizer, changed in place."""
+
+    @staticmethod
+    def make(dqn, args, layers, target):
+        import torch
+
+        q, t, optimizer = dqn.make_networks((layers[0][0].shape[0],), layers[-1][0].shape[1], args, torch.device("cpu"))
+        for net, ls in ((q, layers), (t, target)):
+            with torch.no_grad():
+                for linear, (k, b) in zip([m for m in net.net if isinstance(m, torch.nn.Linear)], ls):
+                    linear.weight.copy_(torch.from_numpy(k.T)), linear.bias.copy_(torch.from_numpy(b))
+        return q, t, optimizer
+
+    @staticmethod
+    def update(dqn, state, batch, gamma):
+        import torch
+
+        loss, q = dqn.td_update(*state, tuple(map(torch.as_tensor, batch)), gamma)
+        return state, loss, q
+
+    @staticmethod
+    def layers(state, target=False):
+        import torch
+
+        net = state[1] if target else state[0]
+        return [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in net.net if isinstance(m, torch.nn.Linear)]
+
+    @staticmethod
+    def stepper(dqn, args, env, env_params, seed):
+        import torch
+
+        torch.manual_seed(seed)
+        obs, env_state = dqn.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        q, t, optimizer = dqn.make_networks((4,), 2, args, torch.device("cpu"))
+        buffer = dqn.Buffer(args.buffer_size, 4, torch.device("cpu"), args.buffer == "host", seed)
+        jax_step = jax.jit(partial(dqn.env_step, env=env, env_params=env_params, num_envs=args.num_envs))
+        runner = dqn.Runner(env_state, torch.from_dlpack(obs), 0)
+        while True:
+            runner, stats = dqn.iteration(q, t, optimizer, buffer, runner,
+                                          lambda s, a: jax_step(s, dqn.to_jax(a)), args)
+            count = int(optimizer.state[next(q.parameters())]["step"]) if optimizer.state else 0
+            yield (q, t, optimizer), stats, count
+
+    @staticmethod
+    def buffer(dqn, capacity, obs_dim, host=False):
+        import torch
+
+        return dqn.Buffer(capacity, obs_dim, torch.device("cpu"), host, 0)
+
+    @staticmethod
+    def add(buffer, *transition):
+        import torch
+
+        buffer.add(*map(torch.as_tensor, transition))
+        return buffer
+
+    @staticmethod
+    def sample(buffer, n):
+        return buffer.sample(n)[0].numpy()
+
+
+ADAPTERS = {"dqn_linen.py": Linen, "dqn_torch.py": Torch}
 
 
 def random_layers(rng, sizes):
@@ -40,25 +140,23 @@ def random_batch(rng, n, obs_dim, num_actions):
 def test_td_update_matches_the_reference(script):
     """Three Adam steps on three batches: the loss, the Q-values taken and every weight after each step, with
     online and target networks that differ (a target from the online network would show)."""
-    dqn = load(script)
+    dqn, adapter = load(script), ADAPTERS[script]
     rng = np.random.default_rng(0)
     args = dqn.Args()
     layers, target = random_layers(rng, (4, 120, 84, 2)), random_layers(rng, (4, 120, 84, 2))
-    state = dqn.make_train_state(jax.random.key(0), (4,), 2, args)
-    state = state.replace(params=linen_params(layers), target_params=linen_params(target),
-                          opt_state=state.tx.init(linen_params(layers)))
+    state = adapter.make(dqn, args, layers, target)
     batches = [random_batch(rng, 64, 4, 2) for _ in range(3)]
     expected = reference.dqn_adam_steps(layers, target, batches, args.gamma, args.learning_rate)
     current = layers
     for batch, after in zip(batches, expected):
         loss, taken, _ = reference.td_loss_and_grads(current, target, batch, args.gamma)
-        state, got_loss, got_q = dqn.td_update(state, tuple(map(jnp.asarray, batch)), args.gamma)
+        state, got_loss, got_q = adapter.update(dqn, state, batch, args.gamma)
         assert float(got_loss) == pytest.approx(loss, rel=1e-5) and float(got_q) == pytest.approx(taken.mean(), rel=1e-5)
-        for (k, b), (k_ref, b_ref) in zip(linen_layers(state.params), after):
+        for (k, b), (k_ref, b_ref) in zip(adapter.layers(state), after):
             np.testing.assert_allclose(k, k_ref, rtol=1e-4, atol=1e-6)
             np.testing.assert_allclose(b, b_ref, rtol=1e-4, atol=1e-6)
         current = after
-    assert all(np.array_equal(a, b) for (a, _), (b, _) in zip(linen_layers(state.target_params), target))
+    assert all(np.array_equal(a, b) for (a, _), (b, _) in zip(adapter.layers(state, target=True), target))
 
 
 @pytest.mark.parametrize("script", DQN_SCRIPTS)
@@ -66,46 +164,47 @@ def test_td_update_matches_the_reference(script):
 def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs):
     """One vector step per call: epsilon as CleanRL's schedule gives it, an Adam step exactly where CleanRL
     trains, and the target equal to the online network exactly where it copies (tau 1), unchanged elsewhere."""
-    dqn = load(script)
+    dqn, adapter = load(script), ADAPTERS[script]
     frequencies = dict(train_frequency=4 if num_envs == 1 else 5, target_network_frequency=7)
     args = dqn.Args(total_timesteps=60 * num_envs, learning_starts=10, buffer_size=64, batch_size=8,
                     num_envs=num_envs, log_frequency=num_envs, **frequencies)
     env, env_params = dqn.make_env("CartPole-v1")
-    obs, env_state = dqn.env_reset(jax.random.key(1), env, env_params, num_envs)
-    state = dqn.make_train_state(jax.random.key(0), (4,), 2, args)
-    runner = dqn.Runner(jax.random.key(2), env_state, obs, dqn.Buffer.empty(64, 4), jnp.int32(0))
-    step = jax.jit(lambda s, r: dqn.iteration(s, r, env, env_params, args))
+    stepper, before, target = adapter.stepper(dqn, args, env, env_params, 1), 0, None
     trained, copied = [], []
     for t in range(0, args.total_timesteps, num_envs):
         epsilon, trains, copies = reference.dqn_schedule(t, args.total_timesteps, args.start_e, args.end_e,
                                                          args.exploration_fraction, args.learning_starts,
                                                          num_envs=num_envs, **frequencies)
-        before, target = int(state.opt_state[0].count), jax.tree.leaves(jax.device_get(state.target_params))
-        state, runner, stats = step(state, runner)
+        state, stats, count = next(stepper)
         assert float(stats["epsilon"]) == pytest.approx(epsilon, rel=1e-6), t
-        assert int(state.opt_state[0].count) - before == int(trains) == int(stats["updates"]), t
-        now = jax.tree.leaves(state.params) if copies else target  # a copy of the weights after this step's update
-        assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(state.target_params), now)), t
+        assert count - before == int(trains) == int(stats["updates"]), t
+        now = adapter.layers(state, target=True)
+        if copies:  # a copy of the weights after this step's update (tau 1)
+            flat = lambda layers: np.concatenate([np.ravel(x) for layer in layers for x in layer])
+            assert np.array_equal(flat(now), flat(adapter.layers(state))), t
+        elif target is not None:
+            assert all(np.array_equal(a, b) for (a, _), (b, _) in zip(now, target)), t
+        before, target = count, [(np.copy(k), np.copy(b)) for k, b in now]
         trained.append(trains)
         copied.append(copies)
     assert sum(trained) >= 5 and sum(copied) >= 3  # the check saw both happen
 
 
-def test_the_buffer_is_a_ring_sampled_over_its_written_rows_only():
+@pytest.mark.parametrize("script, host", [(s, False) for s in DQN_SCRIPTS] + [("dqn_torch.py", True)])
+def test_the_buffer_is_a_ring_sampled_over_its_written_rows_only(script, host):
     """Rows written in order, the oldest overwritten once full; a sample draws every written row about
-    equally and no row that was never written."""
-    dqn = load(DQN_SCRIPTS[0])
-    buffer = dqn.Buffer.empty(10, 1)
-    row = lambda start, n: (jnp.arange(start, start + n, dtype=jnp.float32)[:, None],) * 2 + (
-        jnp.zeros(n, jnp.int32), jnp.arange(start, start + n, dtype=jnp.float32), jnp.zeros(n, bool))
-    buffer = buffer.add(*row(1, 3)).add(*row(4, 3))  # six rows of ten: 1..6
-    drawn = np.asarray(dqn.Buffer.sample(buffer, jax.random.key(0), 60_000)[0])[:, 0]
-    counts = np.bincount(drawn.astype(int), minlength=11)
+    equally and no row that was never written (on the device, and in the host's NumPy buffer)."""
+    dqn, adapter = load(script), ADAPTERS[script]
+    buffer = adapter.buffer(dqn, 10, 1, host=True) if host else adapter.buffer(dqn, 10, 1)
+    row = lambda start, n: (np.arange(start, start + n, dtype=np.float32)[:, None],) * 2 + (
+        np.zeros(n, np.int32), np.arange(start, start + n, dtype=np.float32), np.zeros(n, bool))
+    buffer = adapter.add(adapter.add(buffer, *row(1, 3)), *row(4, 3))  # six rows of ten: 1..6
+    counts = np.bincount(adapter.sample(buffer, 60_000)[:, 0].astype(int), minlength=11)
     assert counts[0] == 0 and counts[7:].sum() == 0  # never an unwritten row (zeros)
     assert np.all(np.abs(counts[1:7] / 10_000 - 1) < 0.05), counts
-    buffer = buffer.add(*row(7, 3)).add(*row(10, 3))  # twelve rows into ten: 1 and 2 overwritten by 11 and 12
-    assert sorted(np.asarray(buffer.reward).tolist()) == list(range(3, 13)) and int(buffer.size) == 10
-    assert int(buffer.pos) == 2 and np.asarray(buffer.obs)[:2, 0].tolist() == [11, 12]
+    buffer = adapter.add(adapter.add(buffer, *row(7, 3)), *row(10, 3))  # twelve rows into ten: 1, 2 overwritten
+    counts = np.bincount(adapter.sample(buffer, 60_000)[:, 0].astype(int), minlength=13)
+    assert counts[:3].sum() == 0 and np.all(counts[3:] > 0)
 
 
 @pytest.mark.parametrize("script", DQN_SCRIPTS)
