@@ -268,18 +268,25 @@ class Buffer:
 
 
 # %% the TD loss and update
-def td_update(q_network, target_network, optimizer, batch, gamma: float):
-    """One Adam step on the squared TD error, the target from the target network, not bootstrapped
-    through a termination (a truncation's next observation is the true last one, so it is)."""
+def td_grads(q_network, target_network, batch, gamma: float):
+    """The squared TD error's gradients, the target from the target network, not bootstrapped through a
+    termination (a truncation's next observation is the true last one, so it is)."""
     obs, next_obs, action, reward, terminated = batch
     with torch.no_grad():
         target = reward + (~terminated).float() * gamma * target_network(next_obs).max(-1).values
     q = q_network(obs).gather(-1, action.long()[:, None])[:, 0]
     loss = ((q - target) ** 2).mean()
-    optimizer.zero_grad()
     loss.backward()
-    optimizer.step()
     return loss.detach(), q.detach().mean()
+
+
+def td_update(q_network, target_network, optimizer, batch, gamma: float):
+    """One Adam step on the TD error (the gradients apart: compiled in one frame with zero_grad and step,
+    torch 2.13 left the weights as they were)."""
+    optimizer.zero_grad()
+    stats = td_grads(q_network, target_network, batch, gamma)
+    optimizer.step()
+    return stats
 
 
 def epsilon_at(global_step: int, args: Args) -> float:
@@ -306,13 +313,11 @@ def to_jax(action: torch.Tensor):
 
 
 @torch.no_grad()
-def act(q_network, obs, epsilon: float, generator=None):
-    """Each env's action: a uniform one with probability epsilon, else the greedy one (int32, JAX's); drawn from
-    torch's global stream, or a generator's."""
-    q, n = q_network(obs), obs.shape[:1]
-    explore = torch.rand(n, device=q.device, generator=generator) < epsilon
-    random = torch.randint(0, q.shape[-1], n, device=q.device, generator=generator)
-    return torch.where(explore, random, q.argmax(-1)).int()
+def act(q_network, obs, epsilon: float):
+    """Each env's action: a uniform one with probability epsilon, else the greedy one (int32, JAX's)."""
+    q = q_network(obs)
+    explore = torch.rand(q.shape[:1], device=q.device) < epsilon
+    return torch.where(explore, torch.randint(0, q.shape[-1], q.shape[:1], device=q.device), q.argmax(-1)).int()
 
 
 def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runner, env_step_fn, args: Args):
@@ -346,17 +351,18 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
 
 
 def evaluate(q_network, key, env, env_params, num_episodes: int, epsilon: float, seed: int) -> np.ndarray:
-    """One episode on each of num_episodes fresh envs at epsilon (CleanRL's evaluation), exploring from a
-    generator of its own (training's draws do not move it): their returns."""
+    """One episode on each of num_episodes fresh envs at epsilon (CleanRL's evaluation), exploring from the
+    seed's own stream (training's draws do not move it): their returns."""
     obs, env_state = env_reset(key, env, env_params, num_episodes)
-    generator = torch.Generator(next(q_network.parameters()).device).manual_seed(seed)
     jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
-    returns, done = np.zeros(num_episodes), np.zeros(num_episodes, bool)
-    while not done.all():  # a loop on the host: evaluation is not timed
-        env_state, out = jax_step(env_state, to_jax(act(q_network, torch.from_dlpack(obs), epsilon, generator)))
-        ended = np.asarray(out.terminated | out.truncated) & ~done  # each env's first episode only
-        returns[ended] = np.asarray(out.episode_return)[ended]
-        done, obs = done | ended, out.obs
+    returns, done, device = np.zeros(num_episodes), np.zeros(num_episodes, bool), next(q_network.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training's stream left as is
+        torch.manual_seed(seed)
+        while not done.all():  # a loop on the host: evaluation is not timed
+            env_state, out = jax_step(env_state, to_jax(act(q_network, torch.from_dlpack(obs), epsilon)))
+            ended = np.asarray(out.terminated | out.truncated) & ~done  # each env's first episode only
+            returns[ended] = np.asarray(out.episode_return)[ended]
+            done, obs = done | ended, out.obs
     return returns
 
 

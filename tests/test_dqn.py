@@ -121,7 +121,26 @@ class Torch:
         return buffer.sample(n)[0].numpy()
 
 
-ADAPTERS = {"dqn_linen.py": Linen, "dqn_torch.py": Torch}
+class TorchCompiled(Torch):
+    """dqn_torch_compile.py: dqn_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
+
+    @staticmethod
+    def make(dqn, args, layers, target):
+        TorchCompiled.compile(dqn)
+        return Torch.make(dqn, args, layers, target)
+
+    @staticmethod
+    def stepper(dqn, args, env, env_params, seed):
+        TorchCompiled.compile(dqn)
+        return Torch.stepper(dqn, args, env, env_params, seed)
+
+    @staticmethod
+    def compile(dqn):
+        if not hasattr(dqn.td_update, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
+            dqn.compile_hot_paths("default")
+
+
+ADAPTERS = {"dqn_linen.py": Linen, "dqn_torch.py": Torch, "dqn_torch_compile.py": TorchCompiled}
 
 
 def random_layers(rng, sizes):
@@ -190,7 +209,8 @@ def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs):
     assert sum(trained) >= 5 and sum(copied) >= 3  # the check saw both happen
 
 
-@pytest.mark.parametrize("script, host", [(s, False) for s in DQN_SCRIPTS] + [("dqn_torch.py", True)])
+@pytest.mark.parametrize("script, host", [(s, False) for s in DQN_SCRIPTS if s != "dqn_torch_compile.py"]
+                         + [("dqn_torch.py", True)])  # the compiled script's buffer is dqn_torch.py's
 def test_the_buffer_is_a_ring_sampled_over_its_written_rows_only(script, host):
     """Rows written in order, the oldest overwritten once full; a sample draws every written row about
     equally and no row that was never written (on the device, and in the host's NumPy buffer)."""

@@ -1,0 +1,577 @@
+"""DQN with PyTorch and torch.compile, CUDA graphs on GPU (benchback).
+
+dqn_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step and the whole
+update (TD loss, gradients and Adam) compiled, epsilon a tensor written in place so that its schedule
+never recompiles, Adam's rate a tensor and its step count on the device (capturable), as CUDA graphs
+need (docs/offpolicy.md).
+
+    python dqn_torch_compile.py --env-id CartPole-v1
+    python dqn_torch_compile.py --compile-mode none     # exactly dqn_torch.py
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from gymnax.environments import spaces
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id (discrete actions, Box observations)"""
+    model: Literal["small", "cnn"] = "small"
+    """the Q-network: small=CleanRL's (120, 84) MLP; cnn: MinAtar's network (16 3x3 filters, 128 units)"""
+    total_timesteps: int = 500_000
+    """env steps of the whole run, over all envs"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 10_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 1.0
+    """target network update rate (1: a copy)"""
+    target_network_frequency: int = 500
+    """env steps between target network updates"""
+    batch_size: int = 128
+    """transitions sampled from the buffer per update"""
+    start_e: float = 1.0
+    """starting epsilon of the exploration"""
+    end_e: float = 0.05
+    """final epsilon of the exploration"""
+    exploration_fraction: float = 0.5
+    """fraction of total-timesteps over which epsilon goes from start-e to end-e"""
+    learning_starts: int = 10_000
+    """env steps before the first update"""
+    train_frequency: int = 10
+    """env steps between updates"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the Q-network, its target and the optimizer state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes at epsilon end-e on fresh environments (eval/...)"""
+    buffer: Literal["device", "host"] = "device"
+    """where the replay buffer lives: tensors on torch's device, or NumPy arrays on the host (CleanRL's)"""
+    compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune", "none"] = "auto"
+    """torch.compile mode: auto is reduce-overhead (CUDA graphs) on CUDA and default on CPU; none is eager"""
+
+
+MODELS = {"small": (120, 84), "cnn": ()}  # hidden widths after the torso; cnn: the CNN, then the Q-values
+CNN_LAYOUT = dict(convs=((16, 3, 1),), dense=128)  # MinAtar's network: (filters, kernel size, stride), dense width
+
+
+def variant_name(args: Args) -> str:
+    mode = "" if args.compile_mode == "auto" else f"-{args.compile_mode}"
+    return "dqn_torch_compile" + mode + ("-host" if args.buffer == "host" else "")
+
+
+# %% environment helpers
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def unsupported(env, env_params) -> str | None:
+    """Why this DQN (discrete actions, Box observations) cannot run the env, or None."""
+    if not isinstance(space := env.action_space(env_params), spaces.Discrete):
+        return f"{type(space).__name__} actions (DQN takes Discrete actions)"
+    if not isinstance(space := env.observation_space(env_params), spaces.Box):
+        return f"{type(space).__name__} observations (this DQN needs Box observations)"
+    return None
+
+
+def supported_env_ids() -> list[str]:
+    return [e for e in gymnax.registered_envs if e != "MNISTBandit-bsuite" and not unsupported(*gymnax.make(e))]
+
+
+def make_env(env_id: str):
+    """The Gymnax env and its params, or exit 2 if DQN cannot run it (it needs discrete actions)."""
+    if env_id not in gymnax.registered_envs or env_id == "MNISTBandit-bsuite":
+        fail(f"env_id {env_id!r} is not a Gymnax env id this DQN runs; supported: {', '.join(supported_env_ids())}")
+    env, env_params = gymnax.make(env_id)
+    if why := unsupported(env, env_params):
+        fail(f"env_id {env_id!r} has {why}; supported: {', '.join(supported_env_ids())}")
+    return env, env_params
+
+
+class EnvState(NamedTuple):
+    key: jax.Array  # the environments' own random stream
+    env: object  # the Gymnax state of every env
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class EnvStep(NamedTuple):
+    obs: jax.Array  # after auto-reset
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # before auto-reset: the next observation a transition stores
+    episode_return: jax.Array  # return of the episode that ended here, else 0
+    episode_length: jax.Array
+
+
+def flatten_obs(obs, num_envs):
+    return obs.reshape(num_envs, -1).astype(jnp.float32)  # MinAtar grids -> vectors
+
+
+def env_reset(key, env, env_params, num_envs):
+    key, reset_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    state = jax.tree.map(lambda x: x.astype(x.dtype), state)  # weak types made strong: one compilation
+    return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+
+
+def env_step(state: EnvState, action, env, env_params, num_envs):
+    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+    key, step_key = jax.random.split(state.key)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(step_key, num_envs), state.env, action, env_params)
+    reward, done = reward.astype(jnp.float32), terminated | truncated
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+    step = EnvStep(flatten_obs(obs, num_envs), reward, terminated, truncated,
+                   flatten_obs(info["final_observation"], num_envs),
+                   jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0))
+    return EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length)), step
+
+
+# %% model
+def layer_init(layer: nn.Module, scale: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, scale)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """The Q-values of every action: an MLP with ReLU (CleanRL's), or with --model cnn MinAtar's CNN then
+    one layer. Orthogonal weights (gain sqrt 2, the output's 1) and zero biases, as the PPO scripts'."""
+
+    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, cnn: bool):
+        super().__init__()
+        self.image_shape, layers = (obs_shape if cnn else None), []
+        if cnn:
+            (h, w, channels) = obs_shape
+            for filters, size, stride in CNN_LAYOUT["convs"]:
+                layers += [layer_init(nn.Conv2d(channels, filters, size, stride), np.sqrt(2)), nn.ReLU()]
+                h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
+            layers += [nn.Flatten(), layer_init(nn.Linear(h * w * channels, CNN_LAYOUT["dense"]), np.sqrt(2)), nn.ReLU()]
+            in_dim = CNN_LAYOUT["dense"]
+        else:
+            in_dim = math.prod(obs_shape)
+        for width in hidden:
+            layers += [layer_init(nn.Linear(in_dim, width), np.sqrt(2)), nn.ReLU()]
+            in_dim = width
+        self.net = nn.Sequential(*layers, layer_init(nn.Linear(in_dim, num_actions), 1.0))
+
+    def forward(self, x):
+        if self.image_shape is not None:  # NCHW, the layout torch's Conv2d takes
+            x = x.reshape(-1, *self.image_shape).movedim(-1, 1)
+        return self.net(x)
+
+
+def make_networks(obs_shape, num_actions, args: Args, device):
+    q_network = QNetwork(obs_shape, MODELS[args.model], num_actions, args.model == "cnn").to(device)
+    target_network = QNetwork(obs_shape, MODELS[args.model], num_actions, args.model == "cnn").to(device)
+    target_network.load_state_dict(q_network.state_dict())
+    # a tensor learning rate; compiled, the multi-tensor Adam fuses into the update and keeps its step count on
+    # the device (capturable), as CUDA graphs need; eager, CleanRL's Adam of dqn_torch.py
+    kind = dict(foreach=True, capturable=True) if args.compile_mode != "none" else {}
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=torch.tensor(args.learning_rate, device=device), **kind)
+    return q_network, target_network, optimizer
+
+
+# saving and loading: torch's own format, with what it fits
+MODEL_FILE, SAVED_BY = "model.pt", "dqn_torch_compile.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, q_network, target_network, optimizer, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    torch.save({"meta": meta, "q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
+                "optimizer": optimizer.state_dict()}, os.path.join(run_dir, MODEL_FILE))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """What a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        meta = saved["meta"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+# %% replay buffer
+class Buffer:
+    """A ring of transitions: CleanRL's (SB3's) layout, the true last observation of a truncated episode as
+    its next observation; as tensors on torch's device, or (host) as NumPy arrays sampled by NumPy, each
+    batch handed to the device (CleanRL's). A sample draws from the written rows only."""
+
+    def __init__(self, capacity: int, obs_dim: int, device, host: bool, seed: int):
+        self.device, self.host, self.pos, self.size = device, host, 0, 0
+        self.rng = np.random.default_rng(seed) if host else None
+        make = ((lambda *shape, dtype=np.float32: np.zeros((capacity, *shape), dtype)) if host else
+                (lambda *shape, dtype=torch.float32: torch.zeros((capacity, *shape), dtype=dtype, device=device)))
+        integer, boolean = (np.int32, np.bool_) if host else (torch.int32, torch.bool)
+        self.stores = (make(obs_dim), make(obs_dim), make(dtype=integer), make(), make(dtype=boolean))
+
+    def add(self, *transition):
+        """One row per env (obs, next_obs, action, reward, terminated), overwriting the oldest once full."""
+        capacity, n = len(self.stores[0]), len(transition[0])
+        rows = (self.pos + np.arange(n)) % capacity
+        for store, x in zip(self.stores, transition):
+            store[rows if self.host else torch.as_tensor(rows, device=self.device)] = x.cpu().numpy() if self.host else x
+        self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
+
+    def sample(self, batch_size: int):
+        if self.host:
+            rows = self.rng.integers(0, self.size, batch_size)
+            return tuple(torch.from_numpy(store[rows]).to(self.device) for store in self.stores)
+        rows = torch.randint(0, self.size, (batch_size,), device=self.device)
+        return tuple(store[rows] for store in self.stores)
+
+
+# %% the TD loss and update
+def td_grads(q_network, target_network, batch, gamma: float):
+    """The squared TD error's gradients, the target from the target network, not bootstrapped through a
+    termination (a truncation's next observation is the true last one, so it is)."""
+    obs, next_obs, action, reward, terminated = batch
+    with torch.no_grad():
+        target = reward + (~terminated).float() * gamma * target_network(next_obs).max(-1).values
+    q = q_network(obs).gather(-1, action.long()[:, None])[:, 0]
+    loss = ((q - target) ** 2).mean()
+    loss.backward()
+    return loss.detach(), q.detach().mean()
+
+
+def td_update(q_network, target_network, optimizer, batch, gamma: float):
+    """One Adam step on the TD error (the gradients apart: compiled in one frame with zero_grad and step,
+    torch 2.13 left the weights as they were)."""
+    optimizer.zero_grad()
+    stats = td_grads(q_network, target_network, batch, gamma)
+    optimizer.step()
+    return stats
+
+
+def epsilon_at(global_step: int, args: Args) -> float:
+    """CleanRL's linear schedule: start-e to end-e over exploration-fraction of the run, then end-e."""
+    slope = (args.end_e - args.start_e) / (args.exploration_fraction * args.total_timesteps)
+    return max(slope * global_step + args.start_e, args.end_e)
+
+
+# %% training loop
+class Runner(NamedTuple):
+    env_state: EnvState
+    obs: torch.Tensor
+    global_step: int  # env steps so far, over all envs: CleanRL's global_step
+
+
+@jax.jit
+def stack_jax(steps: list[EnvStep]) -> EnvStep:
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *steps)  # one call for the whole iteration
+
+
+def to_jax(action: torch.Tensor):
+    """torch -> JAX without a copy: DLPack on a GPU; on a CPU a NumPy view, which jit takes for less."""
+    return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
+
+
+@torch.no_grad()
+def act(q_network, obs, epsilon: float):
+    """Each env's action: a uniform one with probability epsilon, else the greedy one (int32, JAX's)."""
+    q = q_network(obs)
+    explore = torch.rand(q.shape[:1], device=q.device) < epsilon
+    return torch.where(explore, torch.randint(0, q.shape[-1], q.shape[:1], device=q.device), q.argmax(-1)).int()
+
+
+def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runner, env_step_fn, args: Args):
+    """log_frequency env steps: act, step, store, and on CleanRL's steps train and copy the target."""
+    steps, losses, qs = [], [], []
+    epsilon = torch.zeros((), device=runner.obs.device)  # a tensor written in place: a new value never recompiles
+    for _ in range(args.log_frequency // args.num_envs):
+        t = runner.global_step
+        epsilon.fill_(epsilon_at(t, args))
+        torch.compiler.cudagraph_mark_step_begin()  # a new CUDA-graph step: earlier outputs may be reused
+        action = act(q_network, runner.obs, epsilon).clone()
+        env_state, out = env_step_fn(runner.env_state, action)
+        buffer.add(runner.obs, *map(torch.from_dlpack, (out.final_obs,)), action,
+                   *map(torch.from_dlpack, (out.reward, out.terminated)))
+        # CleanRL trains where global_step > learning-starts is a multiple of train-frequency; with n envs a vector
+        # step covers global steps t..t+n-1 (one of them a multiple of k where (-t) % k < n)
+        learning = t > args.learning_starts
+        if learning and (-t) % args.train_frequency < args.num_envs:
+            torch.compiler.cudagraph_mark_step_begin()
+            loss, q = td_update(q_network, target_network, optimizer, buffer.sample(args.batch_size), args.gamma)
+            losses.append(loss.clone()), qs.append(q.clone())  # kept past the graph's next replay
+        if learning and (-t) % args.target_network_frequency < args.num_envs:
+            with torch.no_grad():
+                for target, online in zip(target_network.parameters(), q_network.parameters()):
+                    target.copy_(args.tau * online + (1.0 - args.tau) * target)
+        runner = Runner(env_state, torch.from_dlpack(out.obs), t + args.num_envs)
+        steps.append(out)
+    out = stack_jax(steps)
+    updates = len(losses)
+    stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
+             "episodic_length_sum": out.episode_length.sum(), "updates": updates,
+             "td_loss": torch.stack(losses).mean() if losses else 0.0, "q_values": torch.stack(qs).mean() if qs else 0.0,
+             "epsilon": epsilon_at(runner.global_step - args.num_envs, args)}
+    return runner, stats
+
+
+def evaluate(q_network, key, env, env_params, num_episodes: int, epsilon: float, seed: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs at epsilon (CleanRL's evaluation), exploring from the
+    seed's own stream (training's draws do not move it): their returns."""
+    obs, env_state = env_reset(key, env, env_params, num_episodes)
+    jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
+    returns, done, device = np.zeros(num_episodes), np.zeros(num_episodes, bool), next(q_network.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training's stream left as is
+        torch.manual_seed(seed)
+        while not done.all():  # a loop on the host: evaluation is not timed
+            env_state, out = jax_step(env_state, to_jax(act(q_network, torch.from_dlpack(obs), epsilon)))
+            ended = np.asarray(out.terminated | out.truncated) & ~done  # each env's first episode only
+            returns[ended] = np.asarray(out.episode_return)[ended]
+            done, obs = done | ended, out.obs
+    return returns
+
+
+# %% logging
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch")
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    threads |= {"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads(),
+                "torch_backend": torch.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
+                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+class RunLog:
+    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
+    summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.episodes = []  # (count, return sum) per iteration
+
+    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.log_frequency
+        write("time/iteration", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        write("charts/SPS", args.log_frequency / seconds, step)
+        write("charts/epsilon", stats["epsilon"], step)
+        if stats["updates"]:  # none before learning-starts
+            write("losses/td_loss", stats["td_loss"], step)
+            write("losses/q_values", stats["q_values"], step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def compile_hot_paths(mode: str):
+    """torch.compile the policy step and the whole update where they are called, LeanRL style."""
+    global act, td_update
+    torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the compiled graph
+    act = torch.compile(act, mode=mode, fullgraph=True)
+    td_update = torch.compile(td_update, mode=mode)  # torch.optim's zero_grad and step break the graph on purpose
+
+
+def torch_device() -> torch.device:
+    """The device JAX steps the environments on, so that DLPack hands arrays over without a copy."""
+    return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
+
+
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
+    torch.manual_seed(args.seed)  # drives init, exploration and the device buffer's sampling; JAX the environments
+    device, obs_shape = torch_device(), env.observation_space(env_params).shape
+    if args.compile_mode != "none":
+        compile_hot_paths({"auto": "reduce-overhead" if device.type == "cuda" else "default"}.get(
+            args.compile_mode, args.compile_mode))
+    # the environments' reset as one compiled call, compiled without optimizing it: it runs once
+    reset = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))
+    obs, env_state = reset.lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
+    q_network, target_network, optimizer = make_networks(obs_shape, env.action_space(env_params).n, args, device)
+    if saved is not None:  # the weights, the target and Adam's state; the buffer starts empty
+        q_network.load_state_dict(saved["q_network"]), target_network.load_state_dict(saved["target_network"])
+        optimizer.load_state_dict(saved["optimizer"])
+    buffer = Buffer(args.buffer_size, math.prod(obs_shape), device, args.buffer == "host", args.seed)
+    jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs), donate_argnums=0)
+    env_step_fn = lambda state, action: jax_step(state, to_jax(action))  # torch's action handed to JAX
+    runner = Runner(env_state, torch.from_dlpack(obs), 0)
+    # torch needs each env step's result at once: on the CPU, JAX then does better to run a call in
+    # the calling thread than to hand it to a worker thread (async dispatch)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        task = progress.add_task(f"{log.variant}: iteration 0, compiling", total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            runner, stats = iteration(q_network, target_network, optimizer, buffer, runner, env_step_fn, args)
+            stats = {k: float(v) for k, v in stats.items()}  # the host fetch, which waits for the iteration
+            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+    return q_network, target_network, optimizer
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate",), lambda x: 0 < x < math.inf),
+    "in [0, 1]": (("gamma", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
+    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+             f"total_timesteps={args.total_timesteps}")
+    if args.train_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
+        fail(f"train_frequency={args.train_frequency} and target_network_frequency={args.target_network_frequency} "
+             f"must be at least num_envs={args.num_envs}: one vector step makes at most one update")
+    if args.batch_size > args.buffer_size:
+        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+             f"{args.total_timesteps}): it would never learn")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision, "torch": torch.get_float32_matmul_precision()}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    env, env_params = make_env(args.env_id)
+    if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
+    saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        q_network, target_network, optimizer = train(args, env, env_params, log, saved)
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
+        summary["saved_model"] = (save_model(run_dir, q_network, target_network, optimizer, args) if args.save_model
+                                  else None)
+        returns = []
+        if args.eval_episodes:  # fresh envs: the seed key folded with 4, a stream training does not draw from
+            returns = evaluate(q_network, jax.random.fold_in(jax.random.key(args.seed), 4), env, env_params,
+                               args.eval_episodes, args.end_e, args.seed)
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()
