@@ -86,3 +86,43 @@ def test_each_check_fails_on_its_fault(fault, fails):
 def test_the_precision_checks_fail_when_the_frameworks_differ(where, error, fails):
     facts = {**PRECISION, where: {**PRECISION[where], **error}}
     assert [check for passed, check, _ in gpucheck.precision_checks(facts) if not passed] == [fails]
+
+
+def test_the_counts_are_per_profiled_iteration(tmp_path, monkeypatch):
+    """The profiled window holds exactly the PROFILED steady iterations that the counts are divided by: with a
+    fake profile that sees one device-to-host copy per rollout run while it records, the probe reports 1 per
+    iteration (a window opened one iteration late, or closed early, would report less)."""
+    import torch
+    from helpers import load
+
+    recording, seen = [False], []
+
+    class FakeProfile:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def start(self):
+            recording[0] = True
+
+        def stop(self):
+            recording[0] = False
+
+        def events(self):
+            return [type("Event", (), {"name": "Memcpy DtoH (Device -> Pageable)"}) for _ in seen]
+
+    module = load("ppo_torch.py", fresh=True)  # the probe rewires its RunLog and train: a private copy
+    rollout = module.rollout
+
+    def counted_rollout(*args, **kwargs):
+        if recording[0]:
+            seen.append(1)
+        return rollout(*args, **kwargs)
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    monkeypatch.setattr(module, "rollout", counted_rollout)
+    monkeypatch.setattr(gpucheck, "script", lambda name: module)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    for method in ("capture_begin", "replay"):  # the probe wraps them: put the originals back after
+        monkeypatch.setattr(torch.cuda.CUDAGraph, method, getattr(torch.cuda.CUDAGraph, method))
+    facts = gpucheck.probe_script("ppo_torch.py --num-envs 4 --num-steps 16", str(tmp_path))
+    assert len(seen) == gpucheck.PROFILED and facts["device_to_host"] == 1.0, (len(seen), facts["device_to_host"])
