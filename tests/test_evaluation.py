@@ -119,3 +119,30 @@ def evaluation_checks(script, run_dir, records, wall):
 @pytest.mark.parametrize("script", ONE_AGENT_SCRIPTS)
 def test_evaluation_keeps_its_promises(script, tmp_path, monkeypatch):
     evaluation_checks(script, *recorded_main(script, tmp_path, monkeypatch))
+
+
+@pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
+@pytest.mark.parametrize("episodes", [2, 7])  # fewer and more than the 4 training envs (as many: above)
+def test_evaluation_seeds_never_meet_trainings(script, episodes, tmp_path, monkeypatch):
+    """The CPU-env scripts seed env i with seed + i: the evaluation's seeds are none of training's, whether it
+    runs fewer or more episodes than training has envs (where an offset by the episode count would meet them)."""
+    m = load(script, fresh=True)
+    seeds, phase = {"train": set(), "eval": set()}, ["train"]
+    env_reset, evaluate = m.env_reset, m.evaluate
+
+    def reset(envs, seed, *args, **kwargs):
+        seeds[phase[0]].update(range(seed, seed + envs.num_envs))
+        return env_reset(envs, seed, *args, **kwargs)
+
+    def evaluating(*args, **kwargs):
+        phase[0] = "eval"
+        return evaluate(*args, **kwargs)
+
+    m.env_reset, m.evaluate = reset, evaluating
+    monkeypatch.chdir(ROOT)
+    compiled = ["--compile-mode", "none"] if "compile" in script else []  # the seeding is main's, compiled or not
+    monkeypatch.setattr("sys.argv", [script, *TINY, "--num-iterations", "1", "--eval-episodes", str(episodes),
+                                     "--log-dir", str(tmp_path), *compiled])
+    m.main()
+    assert len(seeds["train"]) == TINY_ARGS["num_envs"] and len(seeds["eval"]) == episodes
+    assert not seeds["train"] & seeds["eval"], f"evaluation seeds {sorted(seeds['train'] & seeds['eval'])} are training's"
