@@ -254,9 +254,10 @@ class Buffer:
     def add(self, *transition):
         """One row per env (obs, next_obs, action, reward, terminated), overwriting the oldest once full."""
         capacity, n = len(self.stores[0]), len(transition[0])
-        rows = (self.pos + np.arange(n)) % capacity
+        rows = (np.arange(self.pos, self.pos + n) if self.host else  # made on the device: no copy to it per step
+                torch.arange(self.pos, self.pos + n, device=self.device)) % capacity
         for store, x in zip(self.stores, transition):
-            store[rows if self.host else torch.as_tensor(rows, device=self.device)] = x.cpu().numpy() if self.host else x
+            store[rows] = x.cpu().numpy() if self.host else x
         self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
 
     def sample(self, batch_size: int):
@@ -327,8 +328,8 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
         t = runner.global_step
         action = act(q_network, runner.obs, epsilon_at(t, args))
         env_state, out = env_step_fn(runner.env_state, action)
-        buffer.add(runner.obs, *map(torch.from_dlpack, (out.final_obs,)), action,
-                   *map(torch.from_dlpack, (out.reward, out.terminated)))
+        buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
+                   torch.from_dlpack(out.terminated))
         # CleanRL trains where global_step > learning-starts is a multiple of train-frequency; with n envs a vector
         # step covers global steps t..t+n-1 (one of them a multiple of k where (-t) % k < n)
         learning = t > args.learning_starts
