@@ -36,8 +36,9 @@ class Linen:
                 for i in range(len(dense))]
 
     @staticmethod
-    def stepper(dqn, args, env, env_params, seed):
+    def stepper(dqn, args, seed):
         """One iteration at a time: the state after it, its stats, and its optimizer's step count."""
+        env, env_params = dqn.make_env("CartPole-v1")
         obs, env_state = dqn.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
         state = dqn.make_train_state(jax.random.key(0), (4,), 2, args)
         runner = dqn.Runner(jax.random.key(seed + 1), env_state, obs, dqn.Buffer.empty(args.buffer_size, 4), jnp.int32(0))
@@ -57,6 +58,105 @@ class Linen:
     @staticmethod
     def sample(buffer, n):
         return np.asarray(buffer.sample(jax.random.key(0), n)[0])
+
+
+class LinenGymnasium(Linen):
+    """dqn_linen_gymnasium.py: dqn_linen.py's train state and update, Gymnasium's env, a Python loop."""
+
+    @staticmethod
+    def stepper(dqn, args, seed, vectorization="sync", buffer=None):
+        envs = dqn.make_env("CartPole-v1", args.num_envs, vectorization, seed)
+        obs, env_state = dqn.env_reset(envs, seed)
+        state = dqn.make_train_state(jax.random.key(0), (4,), 2, args)
+        state = state.replace(target_params=jax.tree.map(jnp.copy, state.params))  # apart, as a run's jitted setup makes
+        buffer = buffer or LinenGymnasium.buffer(dqn, args.buffer_size, 4, args.buffer == "host")
+        fns, runner = dqn.compiled(args), dqn.Runner(jax.random.key(seed + 1), env_state, obs, 0)
+        while True:
+            state, buffer, runner, stats = dqn.iteration(state, buffer, runner, envs, fns, args)
+            yield state, stats, int(state.opt_state[0].count)
+
+    @staticmethod
+    def buffer(dqn, capacity, obs_dim, host=False):
+        return dqn.HostBuffer(capacity, obs_dim, 0) if host else dqn.Buffer.empty(capacity, obs_dim)
+
+    @staticmethod
+    def sample(buffer, n):
+        return np.asarray((buffer.sample(n) if hasattr(buffer, "rng") else buffer.sample(jax.random.key(0), n))[0])
+
+
+class Nnx:
+    """What the tests need of dqn_nnx.py: its Q-network, target and optimizer, changed in place."""
+
+    @staticmethod
+    def make(dqn, args, layers, target):
+        model, target_model, optimizer = dqn.make_model(jax.random.key(0), (layers[0][0].shape[0],),
+                                                        layers[-1][0].shape[1], args)
+        for net, ls in ((model, layers), (target_model, target)):
+            for linear, (k, b) in zip(Nnx.linears(net), ls):
+                linear.kernel[...], linear.bias[...] = jnp.asarray(k), jnp.asarray(b)
+        return model, target_model, dqn.nnx.Optimizer(model, dqn.optax.adam(args.learning_rate), wrt=dqn.nnx.Param)
+
+    @staticmethod
+    def linears(net):
+        return [*net.hidden, net.out]
+
+    @staticmethod
+    def update(dqn, state, batch, gamma):
+        loss, q = dqn.td_update(*state, tuple(map(jnp.asarray, batch)), gamma)
+        return state, loss, q
+
+    @staticmethod
+    def layers(state, target=False):
+        return [(np.asarray(l.kernel[...]), np.asarray(l.bias[...])) for l in Nnx.linears(state[1] if target else state[0])]
+
+    @staticmethod
+    def stepper(dqn, args, seed):
+        env, env_params = dqn.make_env("CartPole-v1")
+        obs, env_state = dqn.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        model, target, optimizer = dqn.make_model(jax.random.key(0), (4,), 2, args)
+        runner = dqn.Runner(jax.random.key(seed + 1), env_state, obs, dqn.Buffer.empty(args.buffer_size, 4), jnp.int32(0))
+        step = dqn.nnx.jit(lambda m, t, o, r: dqn.iteration(m, t, o, r, env, env_params, args))
+        while True:
+            runner, stats = step(model, target, optimizer, runner)
+            yield (model, target, optimizer), stats, int(optimizer.opt_state[0].count[...])
+
+    buffer, add, sample = Linen.buffer, Linen.add, Linen.sample
+
+
+class Equinox:
+    """What the tests need of dqn_equinox.py: its Q-network and target (pytrees), Adam and Adam's state."""
+
+    @staticmethod
+    def make(dqn, args, layers, target):
+        model, _, tx, _ = dqn.make_model(jax.random.key(0), (layers[0][0].shape[0],), layers[-1][0].shape[1], args)
+        with_layers = lambda ls: dqn.eqx.tree_at(lambda m: m.layers, model, [
+            dqn.eqx.tree_at(lambda l: (l.weight, l.bias), l, (jnp.asarray(k.T), jnp.asarray(b)))
+            for l, (k, b) in zip(model.layers, ls)])
+        model = with_layers(layers)
+        return model, with_layers(target), tx, tx.init(dqn.eqx.filter(model, dqn.eqx.is_array))
+
+    @staticmethod
+    def update(dqn, state, batch, gamma):
+        model, target, tx, opt_state = state
+        model, opt_state, loss, q = dqn.td_update(model, target, opt_state, tuple(map(jnp.asarray, batch)), tx, gamma)
+        return (model, target, tx, opt_state), loss, q
+
+    @staticmethod
+    def layers(state, target=False):
+        return [(np.asarray(l.weight).T, np.asarray(l.bias)) for l in (state[1] if target else state[0]).layers]
+
+    @staticmethod
+    def stepper(dqn, args, seed):
+        env, env_params = dqn.make_env("CartPole-v1")
+        obs, env_state = dqn.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        model, target, tx, opt_state = dqn.make_model(jax.random.key(0), (4,), 2, args)
+        runner = dqn.Runner(jax.random.key(seed + 1), env_state, obs, dqn.Buffer.empty(args.buffer_size, 4), jnp.int32(0))
+        step = dqn.eqx.filter_jit(lambda m, t, o, r: dqn.iteration(m, t, o, r, tx, env, env_params, args))
+        while True:
+            model, target, opt_state, runner, stats = step(model, target, opt_state, runner)
+            yield (model, target, tx, opt_state), stats, int(opt_state[0].count)
+
+    buffer, add, sample = Linen.buffer, Linen.add, Linen.sample
 
 
 class Torch:
@@ -88,10 +188,11 @@ class Torch:
         return [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in net.net if isinstance(m, torch.nn.Linear)]
 
     @staticmethod
-    def stepper(dqn, args, env, env_params, seed):
+    def stepper(dqn, args, seed):
         import torch
 
         torch.manual_seed(seed)
+        env, env_params = dqn.make_env("CartPole-v1")
         obs, env_state = dqn.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
         q, t, optimizer = dqn.make_networks((4,), 2, args, torch.device("cpu"))
         buffer = dqn.Buffer(args.buffer_size, 4, torch.device("cpu"), args.buffer == "host", seed)
@@ -130,9 +231,9 @@ class TorchCompiled(Torch):
         return Torch.make(dqn, args, layers, target)
 
     @staticmethod
-    def stepper(dqn, args, env, env_params, seed):
+    def stepper(dqn, args, seed):
         TorchCompiled.compile(dqn)
-        return Torch.stepper(dqn, args, env, env_params, seed)
+        return Torch.stepper(dqn, args, seed)
 
     @staticmethod
     def compile(dqn):
@@ -140,7 +241,34 @@ class TorchCompiled(Torch):
             dqn.compile_hot_paths("default")
 
 
-ADAPTERS = {"dqn_linen.py": Linen, "dqn_torch.py": Torch, "dqn_torch_compile.py": TorchCompiled}
+class TorchGymnasium(Torch):
+    """dqn_torch_gymnasium.py: dqn_torch.py's networks and update, Gymnasium's env and NumPy transitions."""
+
+    @staticmethod
+    def stepper(dqn, args, seed, vectorization="sync", buffer=None):
+        import torch
+
+        torch.manual_seed(seed)
+        envs = dqn.make_env("CartPole-v1", args.num_envs, vectorization, seed)
+        obs, env_state = dqn.env_reset(envs, seed)
+        q, t, optimizer = dqn.make_networks((4,), 2, args, torch.device("cpu"))
+        buffer = buffer or dqn.Buffer(args.buffer_size, 4, torch.device("cpu"), args.buffer == "host", seed)
+        runner = dqn.Runner(env_state, obs, 0)
+        while True:
+            runner, stats = dqn.iteration(q, t, optimizer, buffer, runner, envs, args)
+            count = int(optimizer.state[next(q.parameters())]["step"]) if optimizer.state else 0
+            yield (q, t, optimizer), stats, count
+
+    @staticmethod
+    def add(buffer, *transition):
+        buffer.add(*map(np.asarray, transition))
+        return buffer
+
+
+ADAPTERS = {"dqn_linen.py": Linen, "dqn_nnx.py": Nnx, "dqn_equinox.py": Equinox, "dqn_torch.py": Torch,
+            "dqn_torch_compile.py": TorchCompiled, "dqn_torch_gymnasium.py": TorchGymnasium,
+            "dqn_linen_gymnasium.py": LinenGymnasium}
+CPU_ENV = [s for s in DQN_SCRIPTS if "gymnasium" in s]  # the scripts that step Gymnasium's envs
 
 
 def random_layers(rng, sizes):
@@ -187,8 +315,7 @@ def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs):
     frequencies = dict(train_frequency=4 if num_envs == 1 else 5, target_network_frequency=7)
     args = dqn.Args(total_timesteps=60 * num_envs, learning_starts=10, buffer_size=64, batch_size=8,
                     num_envs=num_envs, log_frequency=num_envs, **frequencies)
-    env, env_params = dqn.make_env("CartPole-v1")
-    stepper, before, target = adapter.stepper(dqn, args, env, env_params, 1), 0, None
+    stepper, before, target = adapter.stepper(dqn, args, 1), 0, None
     trained, copied = [], []
     for t in range(0, args.total_timesteps, num_envs):
         epsilon, trains, copies = reference.dqn_schedule(t, args.total_timesteps, args.start_e, args.end_e,
@@ -210,7 +337,7 @@ def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs):
 
 
 @pytest.mark.parametrize("script, host", [(s, False) for s in DQN_SCRIPTS if s != "dqn_torch_compile.py"]
-                         + [("dqn_torch.py", True)])  # the compiled script's buffer is dqn_torch.py's
+                         + [(s, True) for s in ("dqn_torch.py", *CPU_ENV)])  # the compiled one's is dqn_torch.py's
 def test_the_buffer_is_a_ring_sampled_over_its_written_rows_only(script, host):
     """Rows written in order, the oldest overwritten once full; a sample draws every written row about
     equally and no row that was never written (on the device, and in the host's NumPy buffer)."""
@@ -225,6 +352,29 @@ def test_the_buffer_is_a_ring_sampled_over_its_written_rows_only(script, host):
     buffer = adapter.add(adapter.add(buffer, *row(7, 3)), *row(10, 3))  # twelve rows into ten: 1, 2 overwritten
     counts = np.bincount(adapter.sample(buffer, 60_000)[:, 0].astype(int), minlength=13)
     assert counts[:3].sum() == 0 and np.all(counts[3:] > 0)
+
+
+@pytest.mark.parametrize("script", CPU_ENV)
+@pytest.mark.parametrize("vectorization", ["sync", "envpool"])
+def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization):
+    """Gymnasium's same-step autoreset (the final observation in info) and EnvPool's next-step one (the env's
+    next step is its reset): the buffer holds one row per real transition, none from a final observation to
+    a reset one, and each terminated row's next observation is CartPole's final one, out of its bounds."""
+    dqn, adapter = load(script), ADAPTERS[script]
+    args = dqn.Args(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
+                    log_frequency=600, vectorization=vectorization, buffer="host")
+    buffer = adapter.buffer(dqn, args.buffer_size, 4, host=True)
+    _, stats, _ = next(adapter.stepper(dqn, args, 1, vectorization, buffer))
+    # CartPole ends an episode past 2.4 or 12 degrees (within float32's rounding of the float64 state)
+    outside = lambda o: (np.abs(o[:, 0]) > 2.4 - 1e-6) | (np.abs(o[:, 2]) > 12 * 2 * np.pi / 360 - 1e-6)
+    episodes = int(stats["episodes"])
+    obs, next_obs, _, _, terminated = (store[:buffer.size] for store in buffer.stores)
+    if vectorization == "envpool":  # a reset step follows each episode that ended before the iteration's last step
+        assert 600 - episodes <= buffer.size <= 600 - episodes + args.num_envs, (buffer.size, episodes)
+    else:
+        assert buffer.size == 600
+    assert terminated.sum() >= 10 and np.array_equal(outside(next_obs), terminated)
+    assert not outside(obs).any()  # a reset step stored would start from a final observation
 
 
 @pytest.mark.parametrize("script", DQN_SCRIPTS)

@@ -1,0 +1,637 @@
+"""DQN with Flax Linen + optax, jax.jit, on Gymnasium environments stepped on the CPU (benchback).
+
+dqn_linen.py with the environments of CleanRL's everyday setup, as CleanRL's dqn_jax.py runs them:
+Gymnasium's (MinAtar's for the MinAtar games), NumPy on the host, stepped by a vector env
+(--vectorization, as ppo_linen_gymnasium.py's). An iteration can no longer be one lax.scan: it is a
+Python loop over the env steps, each a jitted policy step, a host env step and a write to the buffer,
+with a jitted update every --train-frequency steps. --buffer device keeps the buffer as JAX arrays
+(each step's rows handed over, each batch sampled in the update's call); --buffer host as NumPy
+arrays sampled by NumPy, dqn_jax.py's (SB3's). `diff dqn_linen.py dqn_linen_gymnasium.py` shows what
+a CPU environment changes.
+
+    python dqn_linen_gymnasium.py --env-id CartPole-v1
+    python dqn_linen_gymnasium.py --buffer host --vectorization envpool
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Any, Literal, NamedTuple
+
+import flax.linen as nn
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax import serialization
+from flax.training.train_state import TrainState
+from minatar.gym import register_envs as register_minatar_envs
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """a Gymnax environment id with discrete actions, whose Gymnasium twin (same dynamics) runs"""
+    vectorization: Literal["sync", "async", "vector", "envpool"] = "sync"
+    """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), vector (Gymnasium's NumPy-vectorized env), envpool (C++ threads)"""
+    model: Literal["small", "cnn"] = "small"
+    """the Q-network: small=CleanRL's (120, 84) MLP; cnn: MinAtar's network (16 3x3 filters, 128 units)"""
+    total_timesteps: int = 500_000
+    """env steps of the whole run, over all envs"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 10_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 1.0
+    """target network update rate (1: a copy)"""
+    target_network_frequency: int = 500
+    """env steps between target network updates"""
+    batch_size: int = 128
+    """transitions sampled from the buffer per update"""
+    start_e: float = 1.0
+    """starting epsilon of the exploration"""
+    end_e: float = 0.05
+    """final epsilon of the exploration"""
+    exploration_fraction: float = 0.5
+    """fraction of total-timesteps over which epsilon goes from start-e to end-e"""
+    learning_starts: int = 10_000
+    """env steps before the first update"""
+    train_frequency: int = 10
+    """env steps between updates"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the Q-network, its target and the optimizer state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes at epsilon end-e on fresh environments (eval/...)"""
+    buffer: Literal["device", "host"] = "device"
+    """where the replay buffer lives: JAX arrays on the device, or NumPy arrays on the host (CleanRL's dqn_jax.py)"""
+
+
+MODELS = {"small": (120, 84), "cnn": ()}  # hidden widths after the torso; cnn: the CNN, then the Q-values
+CNN_LAYOUT = dict(convs=((16, 3, 1),), dense=128)  # MinAtar's network: (filters, kernel size, stride), dense width
+
+
+def variant_name(args: Args) -> str:
+    vectorization = "" if args.vectorization == "sync" else f"-{args.vectorization}"
+    return "dqn_linen_gymnasium" + vectorization + ("-host" if args.buffer == "host" else "")
+
+
+# %% environment helpers
+MINATAR = dict(sticky_action_prob=0.0)  # Gymnax's MinAtar ports have no sticky actions
+TWINS = {  # each Gymnax id's twin on the CPU: the same dynamics, action set and time limit
+    "CartPole-v1": ("CartPole-v1", {}),
+    "Acrobot-v1": ("Acrobot-v1", {}),
+    "MountainCar-v0": ("MountainCar-v0", {}),
+    "Asterix-MinAtar": ("MinAtar/Asterix-v1", dict(MINATAR, max_episode_steps=1000)),  # v1: the minimal action set
+    "Breakout-MinAtar": ("MinAtar/Breakout-v1", dict(MINATAR, max_episode_steps=1000)),
+    "Freeway-MinAtar": ("MinAtar/Freeway-v1", dict(MINATAR, max_episode_steps=2500)),
+    "Seaquest-MinAtar": ("MinAtar/Seaquest-v1", dict(MINATAR, max_episode_steps=1000)),
+    "SpaceInvaders-MinAtar": ("MinAtar/SpaceInvaders-v1", dict(MINATAR, max_episode_steps=1000)),
+}
+VECTORIZATIONS = {  # each way to step the envs, and the twins it offers
+    "sync": tuple(TWINS),  # Gymnasium's SyncVectorEnv: one env after another
+    "async": tuple(TWINS),  # Gymnasium's AsyncVectorEnv: a worker process per env, for expensive envs
+    "vector": ("CartPole-v1",),  # Gymnasium's NumPy-vectorized envs: one array operation for all of them
+    "envpool": ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"),  # EnvPool's C++ envs (its MinAtar has none)
+}
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
+    """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Gymnasium's sync and async vector
+    envs reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
+    if env_id not in TWINS:
+        fail(f"env_id {env_id!r} is not an env with Discrete actions and a CPU twin here; supported: {', '.join(TWINS)}")
+    if env_id not in VECTORIZATIONS[vectorization]:
+        fail(f"--vectorization {vectorization} offers {', '.join(VECTORIZATIONS[vectorization])}, not {env_id!r}")
+    twin, kwargs = TWINS[env_id]
+    if vectorization == "envpool":
+        import envpool  # a second of imports: only when asked for
+
+        return envpool.make_gymnasium(twin, num_envs=num_envs, seed=seed, **kwargs)  # env i: seed + i
+    if twin.startswith("MinAtar/") and twin not in gym.registry:
+        register_minatar_envs()
+    if vectorization == "vector":
+        return gym.make_vec(twin, num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep; the
+    # async workers are forked before torch starts its threads (main makes the envs first)
+    return gym.make_vec(twin, num_envs, vectorization_mode=vectorization, **kwargs,
+                        vector_kwargs={"autoreset_mode": SAME_STEP, "copy": False})
+
+
+class EnvState(NamedTuple):
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+    resetting: np.ndarray  # next-step autoreset: the envs whose next step is a reset, not a transition
+
+
+class EnvStep(NamedTuple):
+    obs: np.ndarray  # after auto-reset
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray  # False for a next-step autoreset's reset step: no transition to store
+    final_obs: np.ndarray  # before auto-reset: the next observation a transition stores
+    episode_return: np.ndarray  # return of the episode that ended here, else 0
+    episode_length: np.ndarray
+
+
+def flatten_obs(obs):
+    return obs.astype(np.float32).reshape(len(obs), -1)  # MinAtar grids -> vectors (a copy)
+
+
+def env_reset(envs, seed):
+    seeded = "seed" in getattr(envs, "config", {})  # EnvPool's envs were seeded by make_env
+    obs, _ = envs.reset() if seeded else envs.reset(seed=seed)  # env i is seeded with seed + i
+    zeros = np.zeros(envs.num_envs, np.float32)
+    return flatten_obs(obs), EnvState(zeros, zeros, np.zeros(envs.num_envs, bool))
+
+
+def env_step(envs, state: EnvState, action):
+    """Steps every env and keeps the episode statistics, on the host. A same-step autoreset hands the final
+    observations over in info; a next-step one returns them as the observation and spends the env's next
+    step on the reset, which stores no transition."""
+    obs, reward, terminated, truncated, info = envs.step(action)
+    obs, reward, done = flatten_obs(obs), reward.astype(np.float32), terminated | truncated
+    if envs.metadata["autoreset_mode"] == SAME_STEP:
+        final_obs = obs.copy()
+        if done.any():
+            final_obs[done] = flatten_obs(np.stack(info["final_obs"][done]))
+        resetting = np.zeros_like(done)
+    else:
+        final_obs, resetting = obs, done
+    valid = ~state.resetting
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + valid  # a reset's: 0
+    step = EnvStep(obs, reward, terminated, truncated, valid, final_obs,
+                   np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
+    return EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting), step
+
+
+# %% model
+def conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs):
+    """nn.Conv's convolution (NHWC images, HWIO kernel, VALID). On a CPU, XLA runs a convolution's kernel
+    gradient inside a loop on a slow path (jax-ml/jax#12868; tests/benchmark_conv.py): there, the same
+    convolution as its patches (strided slices) times the kernel, whose gradient is a matrix product."""
+    if jax.default_backend() != "cpu":
+        return jax.lax.conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs)
+    if padding != "VALID" or kwargs.get("feature_group_count", 1) != 1 or any(
+            d is not None and set(d) != {1} for d in (kwargs.get("lhs_dilation"), kwargs.get("rhs_dilation"))):
+        raise NotImplementedError("the patches compute a VALID convolution, undilated and ungrouped, only")
+    (kh, kw, _, filters), (sh, sw) = rhs.shape, window_strides
+    h, w = (lhs.shape[-3] - kh) // sh + 1, (lhs.shape[-2] - kw) // sw + 1
+    patches = jnp.concatenate([lhs[..., i:i + sh * (h - 1) + 1:sh, j:j + sw * (w - 1) + 1:sw, :]
+                               for i in range(kh) for j in range(kw)], -1)  # (kh, kw, channel): HWIO's order
+    return patches @ rhs.reshape(-1, filters)
+
+
+class QNetwork(nn.Module):
+    """The Q-values of every action: an MLP with ReLU (CleanRL's), or with --model cnn MinAtar's CNN then
+    one layer. Orthogonal weights (gain sqrt 2, the output's 1) and zero biases, as the PPO scripts'."""
+
+    hidden: tuple[int, ...]
+    num_actions: int
+    image_shape: tuple[int, int, int] | None = None  # (h, w, channels) of each flat observation: the CNN's input
+
+    @nn.compact
+    def __call__(self, x):
+        init = dict(kernel_init=nn.initializers.orthogonal(np.sqrt(2)), bias_init=nn.initializers.zeros)
+        if self.image_shape is not None:
+            x = x.reshape(*x.shape[:-1], *self.image_shape)  # NHWC, the layout Flax's Conv takes
+            for filters, size, stride in CNN_LAYOUT["convs"]:
+                x = nn.relu(nn.Conv(filters, (size, size), strides=stride, padding="VALID",
+                                    conv_general_dilated=conv_general_dilated, **init)(x))
+            x = nn.relu(nn.Dense(CNN_LAYOUT["dense"], **init)(x.reshape(*x.shape[:-3], -1)))
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width, **init)(x))
+        return nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(1.0),
+                        bias_init=nn.initializers.zeros)(x)
+
+
+class QTrainState(TrainState):
+    target_params: Any  # the target network's weights: the TD targets' Q-values
+
+
+def make_train_state(key, obs_shape, num_actions, args: Args) -> QTrainState:
+    model = QNetwork(MODELS[args.model], num_actions, obs_shape if args.model == "cnn" else None)
+    params = model.init(key, jnp.zeros((1, math.prod(obs_shape)), jnp.float32))
+    return QTrainState.create(apply_fn=model.apply, params=params, target_params=params,
+                              tx=optax.adam(args.learning_rate))  # CleanRL's: torch's Adam, eps 1e-8
+
+
+# saving and loading: Flax's msgpack of the train state, with what it fits
+MODEL_FILE, SAVED_BY = "model.msgpack", "dqn_linen_gymnasium.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, train_state: QTrainState, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    with open(os.path.join(run_dir, MODEL_FILE), "wb") as f:
+        f.write(serialization.msgpack_serialize({"meta": meta, "state": serialization.to_state_dict(train_state)}))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """What a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            saved = serialization.msgpack_restore(f.read())
+        meta, _ = saved["meta"], saved["state"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+# %% replay buffer
+class Buffer(NamedTuple):
+    """A ring of transitions in device arrays: CleanRL's (SB3's) layout, the true last observation of a
+    truncated episode as its next observation."""
+    obs: jax.Array
+    next_obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    pos: jax.Array  # the next slot to write
+    size: jax.Array  # slots written so far, at most the capacity
+
+    @classmethod
+    def empty(cls, capacity: int, obs_dim: int):
+        zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((capacity, *shape), dtype)
+        return cls(zeros(obs_dim), zeros(obs_dim), zeros(dtype=jnp.int32), zeros(), zeros(dtype=bool),
+                   jnp.int32(0), jnp.int32(0))
+
+    def add(self, obs, next_obs, action, reward, terminated):
+        """One row per env, overwriting the oldest once full."""
+        capacity, n = self.obs.shape[0], obs.shape[0]
+        rows = (self.pos + jnp.arange(n)) % capacity
+        put = lambda store, x: store.at[rows].set(x)
+        return Buffer(put(self.obs, obs), put(self.next_obs, next_obs), put(self.action, action),
+                      put(self.reward, reward), put(self.terminated, terminated), (self.pos + n) % capacity,
+                      jnp.minimum(self.size + n, capacity))
+
+    def sample(self, key, batch_size: int):
+        """Uniform over the written slots only."""
+        rows = jax.random.randint(key, (batch_size,), 0, self.size)
+        return jax.tree.map(lambda store: store[rows], (self.obs, self.next_obs, self.action, self.reward,
+                                                        self.terminated))
+
+
+class HostBuffer:
+    """The same ring as NumPy arrays on the host, sampled by NumPy (CleanRL's dqn_jax.py keeps SB3's): each
+    batch handed to the device by the update's call."""
+
+    def __init__(self, capacity: int, obs_dim: int, seed: int):
+        zeros = lambda *shape, dtype=np.float32: np.zeros((capacity, *shape), dtype)
+        self.stores = (zeros(obs_dim), zeros(obs_dim), zeros(dtype=np.int32), zeros(), zeros(dtype=bool))
+        self.pos, self.size, self.rng = 0, 0, np.random.default_rng(seed)
+
+    def add(self, *transition):
+        capacity, n = len(self.stores[0]), len(transition[0])
+        rows = np.arange(self.pos, self.pos + n) % capacity
+        for store, x in zip(self.stores, transition):
+            store[rows] = x
+        self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
+        return self
+
+    def sample(self, batch_size: int):
+        rows = self.rng.integers(0, self.size, batch_size)
+        return tuple(store[rows] for store in self.stores)
+
+
+# %% the TD loss and update
+def td_update(train_state: QTrainState, batch, gamma: float):
+    """One Adam step on the squared TD error, the target from the target network, not bootstrapped
+    through a termination (a truncation's next observation is the true last one, so it is)."""
+    obs, next_obs, action, reward, terminated = batch
+    next_q = train_state.apply_fn(train_state.target_params, next_obs).max(-1)
+    target = reward + (1.0 - terminated) * gamma * next_q
+
+    def loss_fn(params):
+        q = jnp.take_along_axis(train_state.apply_fn(params, obs), action[:, None], -1)[:, 0]
+        return ((q - target) ** 2).mean(), q
+
+    (loss, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(train_state.params)
+    return train_state.apply_gradients(grads=grads), loss, q.mean()
+
+
+def epsilon_at(global_step: int, args: Args) -> float:
+    """CleanRL's linear schedule: start-e to end-e over exploration-fraction of the run, then end-e."""
+    slope = (args.end_e - args.start_e) / (args.exploration_fraction * args.total_timesteps)
+    return max(slope * global_step + args.start_e, args.end_e)
+
+
+# %% training loop
+class Runner(NamedTuple):
+    key: jax.Array
+    env_state: EnvState
+    obs: np.ndarray
+    global_step: int  # env steps so far, over all envs: CleanRL's global_step
+
+
+def act(train_state: QTrainState, obs, key, epsilon):
+    """Each env's action: a uniform one with probability epsilon, else the greedy one."""
+    explore_key, action_key = jax.random.split(key)
+    q = train_state.apply_fn(train_state.params, obs)
+    explore = jax.random.uniform(explore_key, q.shape[:1]) < epsilon
+    return jnp.where(explore, jax.random.randint(action_key, q.shape[:1], 0, q.shape[-1]), q.argmax(-1))
+
+
+def policy_step(train_state: QTrainState, obs, key, epsilon):
+    key, act_key = jax.random.split(key)
+    return act(train_state, obs, act_key, epsilon), key
+
+
+def train_step(train_state: QTrainState, buffer, key, args: Args):
+    """One update from a batch of the buffer: sampled here from the device's, or handed over from the host's."""
+    key, sample_key = jax.random.split(key)
+    batch = buffer.sample(sample_key, args.batch_size) if isinstance(buffer, Buffer) else buffer
+    return *td_update(train_state, batch, args.gamma), key
+
+
+def copy_target(train_state: QTrainState, tau: float):
+    return train_state.replace(target_params=optax.incremental_update(train_state.params, train_state.target_params, tau))
+
+
+class Compiled(NamedTuple):
+    """The jitted calls of an env step: each consumes what it changes (XLA reuses the buffers)."""
+    policy: Any
+    add: Any
+    train: Any
+    copy: Any
+
+
+def compiled(args: Args) -> Compiled:
+    return Compiled(jax.jit(policy_step), jax.jit(Buffer.add, donate_argnums=0),
+                    jax.jit(partial(train_step, args=args), donate_argnums=0),
+                    jax.jit(partial(copy_target, tau=args.tau), donate_argnums=0))
+
+
+def iteration(train_state: QTrainState, buffer, runner: Runner, envs, fns: Compiled, args: Args):
+    """log_frequency env steps: act, step, store, and on CleanRL's steps train and copy the target."""
+    steps, losses, qs = [], [], []
+    for _ in range(args.log_frequency // args.num_envs):
+        t = runner.global_step
+        action, key = fns.policy(train_state, runner.obs, runner.key, epsilon_at(t, args))
+        action = np.asarray(action)  # the env needs it on the host
+        env_state, out = env_step(envs, runner.env_state, action)
+        keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
+        transition = (runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])
+        buffer = buffer.add(*transition) if isinstance(buffer, HostBuffer) else fns.add(buffer, *transition)
+        # CleanRL trains where global_step > learning-starts is a multiple of train-frequency; with n envs a vector
+        # step covers global steps t..t+n-1 (one of them a multiple of k where (-t) % k < n)
+        learning = t > args.learning_starts
+        if learning and (-t) % args.train_frequency < args.num_envs:
+            source = buffer.sample(args.batch_size) if isinstance(buffer, HostBuffer) else buffer  # a batch, or where from
+            train_state, loss, q, key = fns.train(train_state, source, key)
+            losses.append(loss), qs.append(q)
+        if learning and (-t) % args.target_network_frequency < args.num_envs:
+            train_state = fns.copy(train_state)
+        runner = Runner(key, env_state, out.obs, t + args.num_envs)
+        steps.append(out)
+    out = EnvStep(*map(np.stack, zip(*steps)))
+    updates = len(losses)
+    stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
+             "episodic_length_sum": out.episode_length.sum(), "updates": updates,
+             "td_loss": jnp.stack(losses).mean() if losses else 0.0, "q_values": jnp.stack(qs).mean() if qs else 0.0,
+             "epsilon": epsilon_at(runner.global_step - args.num_envs, args)}
+    return train_state, buffer, runner, stats
+
+
+def evaluate(train_state: QTrainState, args: Args, num_episodes: int, epsilon: float, seed: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs at epsilon (CleanRL's evaluation), exploring from the
+    seed key folded with 4, a stream training does not draw from: their returns."""
+    envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
+    obs, env_state = env_reset(envs, seed)
+    policy, key = jax.jit(policy_step), jax.random.fold_in(jax.random.key(args.seed), 4)
+    returns, done = np.zeros(num_episodes), np.zeros(num_episodes, bool)
+    while not done.all():
+        action, key = policy(train_state, obs, key, epsilon)
+        env_state, out = env_step(envs, env_state, np.asarray(action))
+        ended = (out.episode_length > 0) & ~done  # each env's first episode only
+        returns[ended] = out.episode_return[ended]
+        done, obs = done | ended, out.obs
+    envs.close()
+    return returns
+
+
+# %% logging
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnasium", "minatar", "envpool")
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict, env: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "env": env, "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+class RunLog:
+    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
+    summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.episodes = []  # (count, return sum) per iteration
+
+    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.log_frequency
+        write("time/iteration", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        write("charts/SPS", args.log_frequency / seconds, step)
+        write("charts/epsilon", stats["epsilon"], step)
+        if stats["updates"]:  # none before learning-starts
+            write("losses/td_loss", stats["td_loss"], step)
+            write("losses/q_values", stats["q_values"], step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def train(args: Args, envs, log: RunLog, saved: dict | None = None) -> QTrainState:
+    obs_shape = envs.single_observation_space.shape
+    obs, env_state = env_reset(envs, args.seed)  # the seed seeds the environments too
+
+    def setup(seed):  # the same keys as dqn_linen.py, so the same initial weights; its env key is unused here
+        init_key, _, runner_key = jax.random.split(jax.random.key(seed), 3)
+        train_state = make_train_state(init_key, obs_shape, envs.single_action_space.n, args)
+        return train_state, runner_key, Buffer.empty(args.buffer_size, math.prod(obs_shape))
+
+    # the weights and the empty buffer as one compiled call, compiled without optimizing it
+    train_state, key, buffer = jax.jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
+    if saved is not None:  # the weights, the target and Adam's state; the buffer starts empty
+        train_state = serialization.from_state_dict(train_state, jax.tree.map(jnp.asarray, saved["state"]))
+    if args.buffer == "host":
+        buffer = HostBuffer(args.buffer_size, math.prod(obs_shape), args.seed)
+    fns, runner = compiled(args), Runner(key, env_state, obs, 0)
+    # the host needs each policy step's action at once: on the CPU, JAX then does better to run a call in
+    # the calling thread than to hand it to a worker thread (async dispatch)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        task = progress.add_task(f"{log.variant}: iteration 0, compiling", total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            train_state, buffer, runner, stats = iteration(train_state, buffer, runner, envs, fns, args)
+            stats = jax.device_get(stats)  # the one host fetch, which waits for the iteration
+            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+    return train_state
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate",), lambda x: 0 < x < math.inf),
+    "in [0, 1]": (("gamma", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
+    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+             f"total_timesteps={args.total_timesteps}")
+    if args.train_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
+        fail(f"train_frequency={args.train_frequency} and target_network_frequency={args.target_network_frequency} "
+             f"must be at least num_envs={args.num_envs}: one vector step makes at most one update")
+    if args.batch_size > args.buffer_size:
+        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+             f"{args.total_timesteps}): it would never learn")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
+    if args.model == "cnn" and len(shape := envs.single_observation_space.shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
+    saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    env = {"id": TWINS[args.env_id][0], "vectorization": args.vectorization,
+           "autoreset": envs.metadata["autoreset_mode"].value}  # as the env reports it
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision, env)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        train_state = train(args, envs, log, saved)
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
+        summary["saved_model"] = save_model(run_dir, train_state, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs, seeded after the training envs' seeds
+            returns = evaluate(train_state, args, args.eval_episodes, args.end_e, args.seed + args.num_envs)
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+        envs.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()

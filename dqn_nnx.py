@@ -1,0 +1,566 @@
+"""DQN with Flax NNX + optax, compiled with nnx.jit (benchback).
+
+One file, top to bottom, CleanRL's dqn.py in JAX, in NNX's object-oriented style: the Q-network, its
+target and the optimizer are stateful objects that the update and the copy change in place. The same
+arguments and defaults, the replay buffer as arrays in the jitted state, and each iteration
+(--log-frequency env steps) one nnx.scan over the env steps, each acting epsilon-greedily, stepping the Gymnax env, writing the buffer, then training
+under nnx.cond every --train-frequency steps past --learning-starts and copying the target under
+another: PureJaxRL's shape, no host round trip inside an iteration (docs/offpolicy.md).
+
+    python dqn_nnx.py --env-id CartPole-v1
+    python dqn_nnx.py --env-id Breakout-MinAtar --model cnn
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Any, Literal, NamedTuple
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax import nnx, serialization
+from gymnax.environments import spaces
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """Gymnax environment id (discrete actions, Box observations)"""
+    model: Literal["small", "cnn"] = "small"
+    """the Q-network: small=CleanRL's (120, 84) MLP; cnn: MinAtar's network (16 3x3 filters, 128 units)"""
+    total_timesteps: int = 500_000
+    """env steps of the whole run, over all envs"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 10_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 1.0
+    """target network update rate (1: a copy)"""
+    target_network_frequency: int = 500
+    """env steps between target network updates"""
+    batch_size: int = 128
+    """transitions sampled from the buffer per update"""
+    start_e: float = 1.0
+    """starting epsilon of the exploration"""
+    end_e: float = 0.05
+    """final epsilon of the exploration"""
+    exploration_fraction: float = 0.5
+    """fraction of total-timesteps over which epsilon goes from start-e to end-e"""
+    learning_starts: int = 10_000
+    """env steps before the first update"""
+    train_frequency: int = 10
+    """env steps between updates"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the Q-network, its target and the optimizer state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes at epsilon end-e on fresh environments (eval/...)"""
+
+
+MODELS = {"small": (120, 84), "cnn": ()}  # hidden widths after the torso; cnn: the CNN, then the Q-values
+CNN_LAYOUT = dict(convs=((16, 3, 1),), dense=128)  # MinAtar's network: (filters, kernel size, stride), dense width
+
+
+def variant_name(args: Args) -> str:
+    return "dqn_nnx"
+
+
+# %% environment helpers
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def unsupported(env, env_params) -> str | None:
+    """Why this DQN (discrete actions, Box observations) cannot run the env, or None."""
+    if not isinstance(space := env.action_space(env_params), spaces.Discrete):
+        return f"{type(space).__name__} actions (DQN takes Discrete actions)"
+    if not isinstance(space := env.observation_space(env_params), spaces.Box):
+        return f"{type(space).__name__} observations (this DQN needs Box observations)"
+    return None
+
+
+def supported_env_ids() -> list[str]:
+    return [e for e in gymnax.registered_envs if e != "MNISTBandit-bsuite" and not unsupported(*gymnax.make(e))]
+
+
+def make_env(env_id: str):
+    """The Gymnax env and its params, or exit 2 if DQN cannot run it (it needs discrete actions)."""
+    if env_id not in gymnax.registered_envs or env_id == "MNISTBandit-bsuite":
+        fail(f"env_id {env_id!r} is not a Gymnax env id this DQN runs; supported: {', '.join(supported_env_ids())}")
+    env, env_params = gymnax.make(env_id)
+    if why := unsupported(env, env_params):
+        fail(f"env_id {env_id!r} has {why}; supported: {', '.join(supported_env_ids())}")
+    return env, env_params
+
+
+class EnvState(NamedTuple):
+    key: jax.Array  # the environments' own random stream
+    env: object  # the Gymnax state of every env
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class EnvStep(NamedTuple):
+    obs: jax.Array  # after auto-reset
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # before auto-reset: the next observation a transition stores
+    episode_return: jax.Array  # return of the episode that ended here, else 0
+    episode_length: jax.Array
+
+
+def flatten_obs(obs, num_envs):
+    return obs.reshape(num_envs, -1).astype(jnp.float32)  # MinAtar grids -> vectors
+
+
+def env_reset(key, env, env_params, num_envs):
+    key, reset_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    state = jax.tree.map(lambda x: x.astype(x.dtype), state)  # weak types made strong: one compilation
+    return flatten_obs(obs, num_envs), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+
+
+def env_step(state: EnvState, action, env, env_params, num_envs):
+    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+    key, step_key = jax.random.split(state.key)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(step_key, num_envs), state.env, action, env_params)
+    reward, done = reward.astype(jnp.float32), terminated | truncated
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+    step = EnvStep(flatten_obs(obs, num_envs), reward, terminated, truncated,
+                   flatten_obs(info["final_observation"], num_envs),
+                   jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0))
+    return EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length)), step
+
+
+# %% model
+def conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs):
+    """nnx.Conv's convolution (NHWC images, HWIO kernel, VALID). On a CPU, XLA runs a convolution's kernel
+    gradient inside a loop on a slow path (jax-ml/jax#12868; tests/benchmark_conv.py): there, the same
+    convolution as its patches (strided slices) times the kernel, whose gradient is a matrix product."""
+    if jax.default_backend() != "cpu":
+        return jax.lax.conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs)
+    if padding != "VALID" or kwargs.get("feature_group_count", 1) != 1 or any(
+            d is not None and set(d) != {1} for d in (kwargs.get("lhs_dilation"), kwargs.get("rhs_dilation"))):
+        raise NotImplementedError("the patches compute a VALID convolution, undilated and ungrouped, only")
+    (kh, kw, _, filters), (sh, sw) = rhs.shape, window_strides
+    h, w = (lhs.shape[-3] - kh) // sh + 1, (lhs.shape[-2] - kw) // sw + 1
+    patches = jnp.concatenate([lhs[..., i:i + sh * (h - 1) + 1:sh, j:j + sw * (w - 1) + 1:sw, :]
+                               for i in range(kh) for j in range(kw)], -1)  # (kh, kw, channel): HWIO's order
+    return patches @ rhs.reshape(-1, filters)
+
+
+class QNetwork(nnx.Module):
+    """The Q-values of every action: an MLP with ReLU (CleanRL's), or with --model cnn MinAtar's CNN then
+    one layer. Orthogonal weights (gain sqrt 2, the output's 1) and zero biases, as the PPO scripts'."""
+
+    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, cnn: bool,
+                 rngs: nnx.Rngs):
+        init = dict(kernel_init=nnx.initializers.orthogonal(np.sqrt(2)), bias_init=nnx.initializers.zeros_init())
+        self.image_shape = obs_shape if cnn else None  # (h, w, channels) of each flat observation: the CNN's input
+        convs, dense, in_dim = [], None, math.prod(obs_shape)
+        if cnn:
+            h, w, channels = obs_shape
+            for filters, size, stride in CNN_LAYOUT["convs"]:
+                convs.append(nnx.Conv(channels, filters, (size, size), strides=stride, padding="VALID",
+                                      conv_general_dilated=conv_general_dilated, rngs=rngs, **init))
+                h, w, channels = (h - size) // stride + 1, (w - size) // stride + 1, filters
+            in_dim = CNN_LAYOUT["dense"]
+            dense = nnx.Linear(h * w * channels, in_dim, rngs=rngs, **init)
+        sizes = (in_dim, *hidden)
+        self.convs, self.dense = nnx.List(convs), dense
+        self.hidden = nnx.List([nnx.Linear(i, o, rngs=rngs, **init) for i, o in zip(sizes, sizes[1:])])
+        self.out = nnx.Linear(sizes[-1], num_actions, kernel_init=nnx.initializers.orthogonal(1.0),
+                              bias_init=nnx.initializers.zeros_init(), rngs=rngs)
+
+    def __call__(self, x):
+        if self.image_shape is not None:
+            x = x.reshape(*x.shape[:-1], *self.image_shape)  # NHWC, the layout NNX's Conv takes
+            for conv in self.convs:
+                x = jax.nn.relu(conv(x))
+            x = jax.nn.relu(self.dense(x.reshape(*x.shape[:-3], -1)))
+        for layer in self.hidden:
+            x = jax.nn.relu(layer(x))
+        return self.out(x)
+
+
+def make_model(key, obs_shape, num_actions, args: Args):
+    """The Q-network, its target (a copy) and Adam over the Q-network's weights."""
+    model = QNetwork(obs_shape, MODELS[args.model], num_actions, args.model == "cnn", nnx.Rngs(params=key))
+    optimizer = nnx.Optimizer(model, optax.adam(args.learning_rate), wrt=nnx.Param)  # CleanRL's: torch's Adam, eps 1e-8
+    return model, nnx.clone(model), optimizer
+
+
+# saving and loading: the networks' and optimizer's state as a pure dict, in Flax's msgpack
+MODEL_FILE, SAVED_BY = "model.msgpack", "dqn_nnx.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, model: QNetwork, target: QNetwork, optimizer: nnx.Optimizer, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    with open(os.path.join(run_dir, MODEL_FILE), "wb") as f:
+        f.write(serialization.msgpack_serialize({"meta": meta, "state": nnx.to_pure_dict(nnx.state((model, target,
+                                                                                                    optimizer)))}))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """What a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            saved = serialization.msgpack_restore(f.read())
+        meta, _ = saved["meta"], saved["state"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+# %% replay buffer
+class Buffer(NamedTuple):
+    """A ring of transitions in device arrays: CleanRL's (SB3's) layout, the true last observation of a
+    truncated episode as its next observation."""
+    obs: jax.Array
+    next_obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    pos: jax.Array  # the next slot to write
+    size: jax.Array  # slots written so far, at most the capacity
+
+    @classmethod
+    def empty(cls, capacity: int, obs_dim: int):
+        zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((capacity, *shape), dtype)
+        return cls(zeros(obs_dim), zeros(obs_dim), zeros(dtype=jnp.int32), zeros(), zeros(dtype=bool),
+                   jnp.int32(0), jnp.int32(0))
+
+    def add(self, obs, next_obs, action, reward, terminated):
+        """One row per env, overwriting the oldest once full."""
+        capacity, n = self.obs.shape[0], obs.shape[0]
+        rows = (self.pos + jnp.arange(n)) % capacity
+        put = lambda store, x: store.at[rows].set(x)
+        return Buffer(put(self.obs, obs), put(self.next_obs, next_obs), put(self.action, action),
+                      put(self.reward, reward), put(self.terminated, terminated), (self.pos + n) % capacity,
+                      jnp.minimum(self.size + n, capacity))
+
+    def sample(self, key, batch_size: int):
+        """Uniform over the written slots only."""
+        rows = jax.random.randint(key, (batch_size,), 0, self.size)
+        return jax.tree.map(lambda store: store[rows], (self.obs, self.next_obs, self.action, self.reward,
+                                                        self.terminated))
+
+
+# %% the TD loss and update
+def td_update(model: QNetwork, target: QNetwork, optimizer: nnx.Optimizer, batch, gamma: float):
+    """One Adam step on the squared TD error, in place, the target from the target network, not bootstrapped
+    through a termination (a truncation's next observation is the true last one, so it is)."""
+    obs, next_obs, action, reward, terminated = batch
+    td_target = reward + (1.0 - terminated) * gamma * target(next_obs).max(-1)
+
+    def loss_fn(model):
+        q = jnp.take_along_axis(model(obs), action[:, None], -1)[:, 0]
+        return ((q - td_target) ** 2).mean(), q
+
+    (loss, q), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    optimizer.update(model, grads)
+    return loss, q.mean()
+
+
+def copy_target(model: QNetwork, target: QNetwork, tau: float):
+    """The target moves tau of the way to the Q-network (tau 1: a copy), in place."""
+    nnx.update(target, optax.incremental_update(nnx.state(model, nnx.Param), nnx.state(target, nnx.Param), tau))
+
+
+def epsilon_at(global_step, args: Args):
+    """CleanRL's linear schedule: start-e to end-e over exploration-fraction of the run, then end-e."""
+    slope = (args.end_e - args.start_e) / (args.exploration_fraction * args.total_timesteps)
+    return jnp.maximum(slope * global_step + args.start_e, args.end_e)
+
+
+# %% training loop
+class Runner(NamedTuple):
+    key: jax.Array
+    env_state: EnvState
+    obs: jax.Array
+    buffer: Buffer
+    global_step: jax.Array  # env steps so far, over all envs: CleanRL's global_step
+
+
+def act(model: QNetwork, obs, key, epsilon):
+    """Each env's action: a uniform one with probability epsilon, else the greedy one."""
+    explore_key, action_key = jax.random.split(key)
+    q = model(obs)
+    explore = jax.random.uniform(explore_key, q.shape[:1]) < epsilon
+    return jnp.where(explore, jax.random.randint(action_key, q.shape[:1], 0, q.shape[-1]), q.argmax(-1))
+
+
+def iteration(model: QNetwork, target: QNetwork, optimizer: nnx.Optimizer, runner: Runner, env, env_params,
+              args: Args):
+    """log_frequency env steps as one nnx.scan: act, step, store, and on CleanRL's steps train and copy."""
+
+    # nnx.scan carries the objects: each step sees the networks and optimizer the last one left
+    @nnx.scan(in_axes=nnx.Carry, out_axes=(nnx.Carry, 0), length=args.log_frequency // args.num_envs)
+    def step(carry):
+        model, target, optimizer, runner = carry
+        key, act_key, sample_key = jax.random.split(runner.key, 3)
+        t = runner.global_step
+        action = act(model, runner.obs, act_key, epsilon_at(t, args))
+        env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs)
+        buffer = runner.buffer.add(runner.obs, out.final_obs, action, out.reward, out.terminated)
+        # CleanRL trains where global_step > learning-starts is a multiple of train-frequency; with n envs a vector
+        # step covers global steps t..t+n-1 (one of them a multiple of k where (-t) % k < n), and train-frequency
+        # >= n (checked) makes that one update
+        learning = t > args.learning_starts
+        train = learning & ((-t) % args.train_frequency < args.num_envs)
+        loss, q = nnx.cond(
+            train, lambda m, tg, o: td_update(m, tg, o, buffer.sample(sample_key, args.batch_size), args.gamma),
+            lambda m, tg, o: (jnp.float32(0), jnp.float32(0)), model, target, optimizer)
+        copy = learning & ((-t) % args.target_network_frequency < args.num_envs)
+        nnx.cond(copy, partial(copy_target, tau=args.tau), lambda m, tg: None, model, target)
+        runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
+        return (model, target, optimizer, runner), (out, train, loss, q)
+
+    (_, _, _, runner), (out, trained, loss, q) = step((model, target, optimizer, runner))
+    updates = trained.sum()
+    stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
+             "episodic_length_sum": out.episode_length.sum(), "updates": updates,
+             "td_loss": loss.sum() / jnp.maximum(updates, 1), "q_values": q.sum() / jnp.maximum(updates, 1),
+             "epsilon": epsilon_at(runner.global_step - args.num_envs, args)}
+    return runner, stats
+
+
+def evaluate(model: QNetwork, key, env, env_params, num_episodes: int, epsilon: float):
+    """One episode on each of num_episodes fresh envs at epsilon (CleanRL's evaluation): their returns."""
+    key, reset_key = jax.random.split(key)
+    obs, env_state = env_reset(reset_key, env, env_params, num_episodes)
+
+    def step(carry):
+        key, env_state, obs, returns, done = carry
+        key, act_key = jax.random.split(key)
+        env_state, out = env_step(env_state, act(model, obs, act_key, epsilon), env, env_params, num_episodes)
+        ended = (out.terminated | out.truncated) & ~done  # each env's first episode only
+        return key, env_state, out.obs, jnp.where(ended, out.episode_return, returns), done | ended
+
+    carry = (key, env_state, obs, jnp.zeros(num_episodes), jnp.zeros(num_episodes, bool))
+    return jax.lax.while_loop(lambda carry: ~carry[4].all(), step, carry)[3]
+
+
+# %% logging
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch")
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+class RunLog:
+    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
+    summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.episodes = []  # (count, return sum) per iteration
+
+    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.log_frequency
+        write("time/iteration", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        write("charts/SPS", args.log_frequency / seconds, step)
+        write("charts/epsilon", stats["epsilon"], step)
+        if stats["updates"]:  # none before learning-starts
+            write("losses/td_loss", stats["td_loss"], step)
+            write("losses/q_values", stats["q_values"], step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
+    """Returns the trained Q-network, its target and the optimizer."""
+    def setup(seed):
+        init_key, env_key, runner_key = jax.random.split(jax.random.key(seed), 3)
+        obs_shape = env.observation_space(env_params).shape
+        obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
+        model, target, optimizer = make_model(init_key, obs_shape, env.action_space(env_params).n, args)
+        buffer = Buffer.empty(args.buffer_size, math.prod(obs_shape))
+        return model, target, optimizer, Runner(runner_key, env_state, obs, buffer, jnp.int32(0))
+
+    # the reset, the weights and the empty buffer as one compiled call, compiled without optimizing it
+    once = nnx.jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})
+    model, target, optimizer, runner = once(args.seed)
+    if saved is not None:  # the weights, the target and Adam's state, in place; the buffer starts empty
+        state = nnx.state((model, target, optimizer))
+        nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, saved["state"]))
+        nnx.update((model, target, optimizer), state)
+    # each call consumes what it changes: XLA reuses the networks', optimizer's and runner's buffers
+    iteration_fn = nnx.jit(partial(iteration, env=env, env_params=env_params, args=args), donate_argnums=(0, 1, 2, 3))
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        task = progress.add_task(f"{log.variant}: iteration 0, compiling", total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            runner, stats = iteration_fn(model, target, optimizer, runner)  # changes them in place
+            stats = jax.device_get(stats)  # the one host fetch, which waits for the iteration
+            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+    return model, target, optimizer
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate",), lambda x: 0 < x < math.inf),
+    "in [0, 1]": (("gamma", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
+    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+             f"total_timesteps={args.total_timesteps}")
+    if args.train_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
+        fail(f"train_frequency={args.train_frequency} and target_network_frequency={args.target_network_frequency} "
+             f"must be at least num_envs={args.num_envs}: one vector step makes at most one update")
+    if args.batch_size > args.buffer_size:
+        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+             f"{args.total_timesteps}): it would never learn")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    env, env_params = make_env(args.env_id)
+    if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
+        fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
+    saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        model, target, optimizer = train(args, env, env_params, log, saved)
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
+        summary["saved_model"] = save_model(run_dir, model, target, optimizer, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs: the seed key folded with 4, a stream training does not draw from
+            evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes,
+                                  epsilon=args.end_e)
+            returns = nnx.jit(evaluate_fn)(model, jax.random.fold_in(jax.random.key(args.seed), 4))
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()
