@@ -13,8 +13,8 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu
-               one part of the schedule alone (tuning, the continuous, pixel and GPU ones are not part of sweep)
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|gpu
+               one part of the schedule alone (tuning, the continuous, pixel, DQN and GPU ones are not part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -67,6 +67,13 @@ Presets (default: sweep)
              iterations (or --iterations)
     pixels-learning  the learning runs behind the pixel charts: Breakout-MinAtar x {linen, torch} x
              cnn, 300 iterations (2.5M env steps); --repeats 3
+    dqn      DQN (docs/offpolicy.md): CartPole-v1 x every DQN script, the torch ones and the CPU-env
+             twins with their buffer on the device and on the host (-host, CleanRL's NumPy buffer),
+             x an update every 1, 4 and 10 env steps (subfolders tf1, tf4, tf10), small, 25,000 env
+             steps of which 10,000 before learning starts: time per 1,000 env steps with and
+             without updates
+    dqn-learning  the learning runs behind DQN's table: CartPole-v1 x every DQN script at CleanRL's
+             defaults (500,000 env steps), small; --repeats 3
     gpu      on a GPU: CartPole-v1 and Breakout-MinAtar x the frameworks as meant to run x 3 model
              sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
              Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
@@ -111,7 +118,9 @@ Options
   -h, --help         this text
 Everything after -- goes to every script, e.g. -- --num-envs 64
 
-Variants: linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
+Variants: dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compile dqn_torch_compile-host
+  dqn_torch_gymnasium dqn_torch_gymnasium-host dqn_linen_gymnasium dqn_linen_gymnasium-host (DQN)
+  linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_compile-torchenv torch_gymnasium torch_gymnasium-vector
   torch_gymnasium-envpool torch_gymnasium-async torch_compile_gymnasium torch_compile_gymnasium-vector
@@ -181,6 +190,12 @@ EXPENSIVE_ENVS=(CartPole-v1 Breakout-MinAtar Asterix-MinAtar "${CRAFTAX_ENVS[@]}
 TUNING=(linen:xla-n linen:xla-1 torch:xla-n torch:xla-1 torch:torch-1 torch:omp-passive    # tuning: variant:setting
         torch_compile-grads:xla-n torch_compile-grads+policy:xla-n torch_compile-update:xla-n
         torch_compile-update+policy:xla-n torch_compile-grads:xla-1)
+DQN=(dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compile dqn_torch_compile-host  # dqn
+     dqn_torch_gymnasium dqn_torch_gymnasium-host dqn_linen_gymnasium dqn_linen_gymnasium-host)
+DQN_LEARNING=(dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch_compile dqn_torch_gymnasium    # dqn-learning
+              dqn_linen_gymnasium)
+TRAIN_FREQUENCIES=(1 4 10)   # dqn: the update-to-data ratio, one update every k env steps
+DQN_STEPS=25000              # dqn: 10,000 steps of filling the buffer, then 15 iterations that train
 MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
 PYTHON=${PYTHON:-python}
 
@@ -227,6 +242,8 @@ variant_command() {
     env-gymnax|env-sync|env-async|env-vector|env-envpool|env-mjx|env-torch|env-torch-compile|env-gymnax-dlpack)
       echo "env_alone.py --backend ${1#env-}" ;;
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
+    dqn_linen|dqn_nnx|dqn_equinox|dqn_torch|dqn_torch_compile|dqn_torch_gymnasium|dqn_linen_gymnasium) echo "$1.py" ;;
+    dqn_*-host) echo "${1%-host}.py --buffer host" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
     *) return 1 ;;
   esac
@@ -240,6 +257,7 @@ offers() {  # whether variant $1 can step env $2: a vectorization offers only so
     env-mjx) [[ $2 == HalfCheetah-v5 ]] ;;  # env_alone.py's MJX line
     *-torchenv|env-torch|env-torch-compile) contains "$2" "${TORCH_ENV_ENVS[@]}" ;;  # the envs written in torch
     env-gymnax|env-gymnax-dlpack) ! contains "$2" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;
+    dqn_*) ! contains "$2" "${CONTINUOUS_ENVS[@]}" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;  # discrete, a Gymnax id
     *) ! contains "$2" "${ATARI_ENVS[@]}" ;;
   esac
 }
@@ -292,9 +310,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|gpu) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|gpu) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, gpu or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, gpu or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -335,16 +353,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn*) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn*) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -446,6 +464,11 @@ for r in $(seq 1 "$repeats"); do
         add cpucompile "$r" sync - "--num-iterations,${iterations:-20}" CartPole-v1 Acrobot-v1 -- "${COMPILED_ENVPOOL[@]}" -- small
         add cpucompile "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 Pong-v5 -- \
           "${COMPILED_ENVPOOL[@]}" -- cnn ;;
+      dqn)
+        for k in "${TRAIN_FREQUENCIES[@]}"; do
+          add dqn "$r" async "tf$k" "--total-timesteps,$DQN_STEPS,--train-frequency,$k" CartPole-v1 -- "${DQN[@]}" -- small
+        done ;;
+      dqn-learning) add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" -- small ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
@@ -509,7 +532,7 @@ command_of() {
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }

@@ -12,10 +12,11 @@ import numpy as np
 
 from .agents import AGENT_NAMES, PER_AGENT, num_agents
 from .cpuenv import defaults_only
+from . import dqn
 from .expensive import ITERATION
 from .gpu import precision
 from .output import NAMES
-from .target import SHARE, study_targets, time_to
+from .target import LEARNING, SHARE, study_targets, target_of, time_to
 from .stats import STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
@@ -24,6 +25,9 @@ OWN_ENV = ("linen", "nnx", "torch-torchenv", "torch_compile-torchenv")  # each s
 LOOP = ("torch_gymnasium", "torch_compile_gymnasium", "torch_compile_gymnasium-update", "linen_gymnasium")
 ENVPOOL = ("torch_gymnasium-envpool", "torch_compile_gymnasium-envpool", "torch_compile_gymnasium-envpool-update",
            "linen_gymnasium-envpool")
+DQN = ("dqn_linen", "dqn_nnx", "dqn_equinox", "dqn_torch", "dqn_torch-host", "dqn_torch_compile",
+       "dqn_torch_compile-host")  # each torch script with its buffer on the device and on the host
+DQN_CPU = ("dqn_torch_gymnasium", "dqn_torch_gymnasium-host", "dqn_linen_gymnasium", "dqn_linen_gymnasium-host")
 MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats
 RUN_LENGTH = 1_000_000  # env steps (per agent): the run whose whole time the table also compares
 
@@ -31,6 +35,8 @@ RUN_LENGTH = 1_000_000  # env steps (per agent): the run whose whole time the ta
 def run_of_length(run) -> float | None:
     """The seconds a run of RUN_LENGTH env steps takes: its start-up, iteration 0 (compilation), iterations
     1..7 as measured, then its steady iteration for the rest (per agent for the agent scripts)."""
+    if "learning_starts" in run.info["args"]:  # DQN: an iteration is log-frequency env steps, filling then training
+        return dqn.run_length(run, RUN_LENGTH)
     _, t, _ = run.series("time/iteration")
     rest, start = ITERATION(run), startup(run)
     if rest is None or start is None:
@@ -41,7 +47,7 @@ def run_of_length(run) -> float | None:
 
 
 def framework(variant: str) -> str:
-    return "PyTorch" if variant.startswith("torch") else "JAX"
+    return "PyTorch" if variant.removeprefix("dqn_").startswith("torch") else "JAX"
 
 
 @dataclass
@@ -103,6 +109,14 @@ REGIMES = [
     Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN (JAX's as patches, as above), "
            "CleanRL's Atari batch",
            "cpucompile, pixels", ("Breakout-v5", "Pong-v5"), ("cnn",), ENVPOOL),
+    Regime("DQN, JAX env", "DQN (CleanRL's dqn.py) on CartPole-v1 in Gymnax, an update every 10 env steps, each "
+           "framework's replay buffer where it was fastest (device or host)", "dqn", ("CartPole-v1",), variants=DQN,
+           also=lambda r: dqn.train_frequency(r) == 10, value=dqn.steady, learning="dqn-learning"),
+    Regime("DQN, an update every env step", "the same, --train-frequency 1: the update's cost dominates", "dqn",
+           ("CartPole-v1",), variants=DQN, also=lambda r: dqn.train_frequency(r) == 1, value=dqn.steady),
+    Regime("DQN, CPU env", "the same DQN on CartPole-v1's Gymnasium twin, a Python loop of env steps (CleanRL's dqn.py "
+           "and dqn_jax.py setups), an update every 10 env steps", "dqn", ("CartPole-v1",), variants=DQN_CPU,
+           also=lambda r: dqn.train_frequency(r) == 10, value=dqn.steady, learning="dqn-learning"),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
            also=lambda r: precision(r) == "float32"),
 ]
@@ -175,6 +189,8 @@ def to_target(regime: Regime, by_experiment: dict, targets: dict) -> dict | str 
         return None
     if not (runs := [r for r in by_experiment.get(regime.learning, []) if regime.keep(r)]):
         return None
+    if regime.learning not in LEARNING:  # another algorithm (DQN): a target of its own, from its own runs
+        targets = own_targets(runs)
     value = lambda r: time_to(r, t["target"]) if (t := targets.get((r.env_id, r.model))) else None
     if decided := decide(runs, value):
         return decided
@@ -182,6 +198,13 @@ def to_target(regime: Regime, by_experiment: dict, targets: dict) -> dict | str 
                if (mine := [r for r in runs if framework(r.variant) == fw])}
     return (f"not decided: fewer than {MIN_REPEATS} pairs where both picks reached it (runs that did: "
             + ", ".join(f"{fw} {n}" for fw, n in reached.items()) + ")")
+
+
+def own_targets(runs) -> dict:
+    """Each (env, model)'s target from these runs alone, as study_targets gives PPO's."""
+    pairs = sorted({(r.env_id, r.model) for r in runs})
+    found = {pair: target_of([r for r in runs if (r.env_id, r.model) == pair]) for pair in pairs}
+    return {pair: {"target": round(t, 2)} for pair, t in found.items() if t is not None}
 
 
 def decision_rows(by_experiment: dict, targets: dict | None = None) -> list[dict]:
@@ -270,7 +293,7 @@ def decision_section(by_experiment: dict, out):
     rows = decision_rows(by_experiment, targets)
     learning = {}  # experiment: {env: iterations}
     for regime in REGIMES:
-        for env, model in ((e, m) for e in regime.envs for m in regime.models if (e, m) in targets and regime.learning):
+        for env, model in ((e, m) for e in regime.envs for m in regime.models if (e, m) in targets and regime.learning in LEARNING):
             learning.setdefault(regime.learning, {})[env] = targets[env, model]["iterations"]
     timed = "; ".join(f"{experiment} ({', '.join(sorted(envs))}; {'/'.join(map(str, sorted(set(envs.values()))))} "
                       "iterations)" for experiment, envs in sorted(learning.items()))
@@ -298,7 +321,8 @@ def decision_section(by_experiment: dict, out):
               [[row["regime"].name, verdict_cell(row["whole"]), verdict_cell(row["target"], "no learning runs")]
                for row in rows],
               block="decision-length",
-              note=f"{RUN_LENGTH / 1e6:g}M env steps: start-up, iterations 0..{STEADY_FROM - 1} as measured, then "
-                   f"the steady iteration. Target: {SHARE:.0%} of the way from the runs' start to the best variant's "
-                   f"median final return (results/targets.json), timed on {timed}; a pick that never reached it is "
-                   "counted, outside the ratio.")
+              note=f"{RUN_LENGTH / 1e6:g}M env steps: start-up, iterations 0..{STEADY_FROM - 1} as measured (DQN's: "
+                   "up to learning starts), then the steady iteration. Target: "
+                   f"{SHARE:.0%} of the way from the runs' start to the best variant's median final return "
+                   f"(results/targets.json), timed on {timed}; DQN's likewise from its own learning runs (dqn-learning, "
+                   "CleanRL's 500,000 env steps); a pick that never reached it is counted, outside the ratio.")

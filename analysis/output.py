@@ -28,12 +28,24 @@ VARIANT_COLORS = {
     "torch-torchenv": "#4b2a7b", "torch_compile-torchenv": "#4a2e27", "torch_compile_gymnasium": "#0a5f66",
     "torch_compile_gymnasium-envpool": "#5fb7c4", "env-gymnax-dlpack": "#c5b0d5", "env-torch": "#9467bd",
     "env-torch-compile": "#8c564b",
+    # DQN: its PPO sibling's colour, the host buffer lighter
+    "dqn_linen": "#1f77b4", "dqn_nnx": "#ff7f0e", "dqn_equinox": "#2ca02c", "dqn_torch": "#9467bd",
+    "dqn_torch-host": "#c5b0d5", "dqn_torch_compile": "#8c564b", "dqn_torch_compile-host": "#c49c94",
+    "dqn_torch_gymnasium": "#17becf", "dqn_torch_gymnasium-host": "#9edae5", "dqn_linen_gymnasium": "#bcbd22",
+    "dqn_linen_gymnasium-host": "#e7e78a",
 }
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 # what each variant compiles, in the tables' words; torch_compile's depends on the run (compile_scope)
 NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.jit + nnx.cached_partial",
          "equinox": "Equinox", "torch": "PyTorch, eager", "torch_compile": "PyTorch, torch.compile",
-         "torch-torchenv": "PyTorch, eager, its env in torch", "torch_compile-torchenv": "PyTorch, torch.compile, its env in torch"}
+         "torch-torchenv": "PyTorch, eager, its env in torch", "torch_compile-torchenv": "PyTorch, torch.compile, its env in torch",
+         "dqn_linen": "Flax Linen", "dqn_nnx": "Flax NNX", "dqn_equinox": "Equinox", "dqn_torch": "PyTorch, eager",
+         "dqn_torch-host": "PyTorch, eager, buffer on the host", "dqn_torch_compile": "PyTorch, torch.compile",
+         "dqn_torch_compile-host": "PyTorch, torch.compile, buffer on the host",
+         "dqn_torch_gymnasium": "PyTorch, eager, Gymnasium's env",
+         "dqn_torch_gymnasium-host": "PyTorch, eager, Gymnasium's env, buffer on the host",
+         "dqn_linen_gymnasium": "Flax Linen, Gymnasium's env",
+         "dqn_linen_gymnasium-host": "Flax Linen, Gymnasium's env, buffer on the host"}
 COMPILE_SCOPES = {  # ppo_torch_compile.py's --compile-scope: what is compiled besides GAE
     "grads": "loss, gradients and clip; Adam eager",
     "grads+policy": "loss, gradients, clip and the policy step; Adam eager",

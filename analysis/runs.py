@@ -18,7 +18,8 @@ EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensiv
                "pixels", "pixels-learning",  # and its pixel ones
                "gpu",  # and its GPU study
                "headline",  # Experiment 1 again, small and medium on four envs, each repeat shuffled (issue 33)
-               "torchenv", "cpucompile")  # PyTorch on its own terms: the env in torch, compiled CPU-env runs (issue 49)
+               "torchenv", "cpucompile",  # PyTorch on its own terms: the env in torch, compiled CPU-env runs (issue 49)
+               "dqn", "dqn-learning")  # DQN (issue 52): time per env step, and learning at CleanRL's defaults
 LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
 
 
@@ -38,7 +39,8 @@ class Run:
 
     @property
     def num_iterations(self) -> int:
-        return self.info["args"]["num_iterations"]
+        args = self.info["args"]  # DQN's iterations are log-frequency env steps each
+        return args["num_iterations"] if "num_iterations" in args else args["total_timesteps"] // args["log_frequency"]
 
     def series(self, tag):
         return self.scalars.get(tag, (np.array([]), np.array([]), np.array([])))
@@ -72,7 +74,7 @@ def load_run(run_dir: Path) -> Run:
         summary = json.loads((run_dir / "summary.json").read_text())
         args = info["args"]
         run = Run(run_dir, info["variant"], args["env_id"], args["model"], int(args["seed"]),
-                  bool(args["sync_timing"]), summary, info)  # what ran: run.json, written at the start
+                  bool(args.get("sync_timing", False)), summary, info)  # what ran: run.json, written at the start
         run.experiment = experiment_of(run)
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"corrupt summary.json or run.json ({type(e).__name__}: {e})")

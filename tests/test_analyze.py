@@ -16,7 +16,7 @@ STARTUP = 1.5  # seconds from a fake run's start to its first iteration
 
 
 def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, device="cpu",
-             rollout_only=False, rollout_share=0.25, session=None, summary=None, **args):
+             rollout_only=False, rollout_share=0.25, session=None, summary=None, steps_per_iteration=8192, **args):
     """A run directory as the scripts write it, with the given durations (and arguments, and summary entries)."""
     from tensorboard.summary import Writer
 
@@ -31,7 +31,7 @@ def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False
     (run_dir / "summary.json").write_text(json.dumps(summary))
     writer = Writer(str(run_dir))
     for i, seconds in enumerate(iterations):
-        step = (i + 1) * 8192
+        step = (i + 1) * steps_per_iteration
         writer.add_scalar("time/iteration", seconds, step, wall_time=1000.0 + sum(iterations[: i + 1]))
         writer.add_scalar("memory/peak_rss_mb", 100.0 + i, step)
         writer.add_scalar("charts/episodic_return", final_return * (i + 1) / len(iterations), step,
@@ -322,6 +322,55 @@ def test_torchenv_and_cpucompile_by_hand(tmp_path):
     assert ("| Atari through EnvPool, the CNN | Breakout-v5 | cnn | update; policy step eager | 1.00 | 0.70x (0.70–0.70, "
             "3 repeats) |") in report
     assert (out / "torchenv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dqn_by_hand(tmp_path):
+    """DQN's study on runs whose durations are known: seconds per 1,000 env steps while training (the
+    iterations after the first update's), filling the buffer, and a 500k-step run, each over Linen's at
+    each update-to-data ratio; its decision rows, and its time to a target of its own learning runs."""
+    from analysis import decision, dqn
+
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    dqn_args = dict(steps_per_iteration=1000, log_frequency=1000, learning_starts=10_000, total_timesteps=25_000)
+    # iteration 0 compiles; 9 fill the buffer (0.1 s); the first update's iteration (9 s: torch.compile compiles
+    # there) is neither; 14 train (0.2 s)
+    iterations = lambda factor: [3.0] + [0.1] * 9 + [9.0] + [0.2 * factor] * 14
+    for seed in (1, 2, 3):
+        for k in (1, 10):
+            for variant, factor in (("dqn_linen", 1.0), ("dqn_nnx", 1.5), ("dqn_torch", 2.0), ("dqn_torch-host", 3.0)):
+                fake_run(runs_dir / "dqn" / f"r{seed}" / f"tf{k}", variant, "CartPole-v1", "small", seed, 10.0,
+                         iterations(factor * (2 if k == 1 else 1)), train_frequency=k, **dqn_args)
+        for variant, seconds in (("dqn_linen", 1.0), ("dqn_nnx", 1.5), ("dqn_torch", 2.0)):  # returns climb for 500 iterations
+            fake_run(runs_dir / "dqn-learning" / f"r{seed}", variant, "CartPole-v1", "small", seed, 100.0,
+                     [seconds] * 500, final_return=400.0 if seed == 3 and variant == "dqn_nnx" else 500.0,
+                     steps_per_iteration=1000, log_frequency=1000, learning_starts=10_000, total_timesteps=500_000,
+                     train_frequency=10)
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "| 10 | Flax Linen | device | 0.2 (0.2–0.2, 3 repeats) | 1 | 1 | 1 |" in report
+    assert ("| 10 | PyTorch, eager, buffer on the host | host | 0.6 (0.6–0.6, 3 repeats) | 3.00x (3.00–3.00, "
+            "3 repeats) | 1.00x (1.00–1.00, 3 repeats) |") in report
+    assert "| 1 | PyTorch, eager | device | 0.8 (0.8–0.8, 3 repeats) | 2.00x (2.00–2.00, 3 repeats) |" in report
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    one = next(r for r in loaded if r.variant == "dqn_torch" and r.experiment == "dqn")
+    # start-up, the 11 iterations up to the first update's (3 + 0.9 + 9), then 489 steady ones
+    steady = 0.4 if dqn.train_frequency(one) == 10 else 0.8
+    assert dqn.run_length(one, 500_000) == pytest.approx(STARTUP + 12.9 + 489 * steady)
+    by_experiment = {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS}
+    rows = {row["regime"].name: row for row in decision.decision_rows(by_experiment)}
+    assert rows["DQN, JAX env"]["winner"] == "dqn_linen" and rows["DQN, JAX env"]["loser"] == "dqn_torch"
+    assert rows["DQN, JAX env"]["row"]["geomean"] == pytest.approx(2.0)
+    assert rows["DQN, an update every env step"]["row"]["geomean"] == pytest.approx(2.0)
+    assert rows["DQN, an update every env step"]["target"] is None  # no learning runs at that ratio
+    # its own target, not PPO's: 90% of the way from the first return, 1, to the best median final, 500: 450.1,
+    # crossed at the 451st iteration (NNX's seed 3, which ends at 400, never; NNX is not JAX's pick)
+    reached = rows["DQN, JAX env"]["target"]
+    assert reached["row"]["geomean"] == pytest.approx((STARTUP + 2 * 451) / (STARTUP + 451))
+    assert reached["missed"] == {} and reached["paired"] == 3
+    assert (f"| Flax Linen | 500.0, 500.0, 500.0 | 3 of 3 | 100 (100–100, 3 repeats) | {STARTUP + 475:.3g} "
+            f"({STARTUP + 475:.3g}–{STARTUP + 475:.3g}, 3 repeats) (3 of 3 reached it) |") in report
+    assert "| Flax NNX | 500.0, 500.0, 400.0 | 2 of 3 |" in report
 
 
 def test_runs_on_different_devices_are_never_paired(tmp_path):
@@ -866,8 +915,8 @@ def test_each_regime_holds_its_envs_and_no_other():
     mujoco = {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"}
     for regime in decision.REGIMES:
         variants = regime.variants or ("linen", "torch", "linen_agents", "torch_agents")
-        kept = {env for env in every_env for v in variants for m in regime.models
-                if regime.keep(SimpleNamespace(env_id=env, variant=v, model=m, info={"args": {}}))}
+        kept = {env for env in every_env for v in variants for m in regime.models for k in (1, 10)  # DQN's ratios
+                if regime.keep(SimpleNamespace(env_id=env, variant=v, model=m, info={"args": {"train_frequency": k}}))}
         assert kept == set(regime.envs), regime.name
         kind = ("mujoco" if "MuJoCo" in regime.name else "atari" if "Atari" in regime.name else
                 "twins" if "own env" in regime.name else "jax" if "JAX env" in regime.name else None)
