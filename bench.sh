@@ -69,7 +69,7 @@ Presets (default: sweep)
              cnn, 300 iterations (2.5M env steps); --repeats 3
     dqn      DQN (docs/offpolicy.md): CartPole-v1 x every DQN script, the torch ones and the CPU-env
              twins with their buffer on the device and on the host (-host, CleanRL's NumPy buffer),
-             x an update every 1, 4 and 10 env steps (subfolders tf1, tf4, tf10), small, 25,000 env
+             the torch ones also on the env in torch (-torchenv), x an update every 1, 4 and 10 env steps (subfolders tf1, tf4, tf10), small, 25,000 env
              steps of which 10,000 before learning starts: time per 1,000 env steps with and
              without updates
     dqn-learning  the learning runs behind DQN's table: CartPole-v1 x every DQN script at CleanRL's
@@ -119,7 +119,8 @@ Options
 Everything after -- goes to every script, e.g. -- --num-envs 64
 
 Variants: dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compile dqn_torch_compile-host
-  dqn_torch_gymnasium dqn_torch_gymnasium-host dqn_linen_gymnasium dqn_linen_gymnasium-host (DQN)
+  dqn_torch-torchenv dqn_torch_compile-torchenv dqn_torch_gymnasium dqn_torch_gymnasium-host
+  dqn_linen_gymnasium dqn_linen_gymnasium-host (DQN)
   linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_compile-torchenv torch_gymnasium torch_gymnasium-vector
@@ -191,6 +192,7 @@ TUNING=(linen:xla-n linen:xla-1 torch:xla-n torch:xla-1 torch:torch-1 torch:omp-
         torch_compile-grads:xla-n torch_compile-grads+policy:xla-n torch_compile-update:xla-n
         torch_compile-update+policy:xla-n torch_compile-grads:xla-1)
 DQN=(dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compile dqn_torch_compile-host  # dqn
+     dqn_torch-torchenv dqn_torch_compile-torchenv
      dqn_torch_gymnasium dqn_torch_gymnasium-host dqn_linen_gymnasium dqn_linen_gymnasium-host)
 DQN_LEARNING=(dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch_compile dqn_torch_gymnasium    # dqn-learning
               dqn_linen_gymnasium)
@@ -244,6 +246,7 @@ variant_command() {
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
     dqn_linen|dqn_nnx|dqn_equinox|dqn_torch|dqn_torch_compile|dqn_torch_gymnasium|dqn_linen_gymnasium) echo "$1.py" ;;
     dqn_*-host) echo "${1%-host}.py --buffer host" ;;
+    dqn_*-torchenv) echo "${1%-torchenv}.py --torch-env" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
     *) return 1 ;;
   esac

@@ -552,7 +552,8 @@ def main():
     env, env_params = make_env(args.env_id)
     if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
         fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
-    saved = read_model(args.load_model, args, env, env_params) if args.load_model else None  # refused before anything is written
+    # a model this run cannot start from is refused before anything is written
+    saved = read_model(args.load_model, args, env, env_params) if args.load_model else None
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)

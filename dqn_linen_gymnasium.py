@@ -136,7 +136,7 @@ def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int 
     """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Gymnasium's sync and async vector
     envs reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
     if env_id not in TWINS:
-        fail(f"env_id {env_id!r} is not an env with Discrete actions and a CPU twin here; supported: {', '.join(TWINS)}")
+        fail(f"env_id {env_id!r} is not an env with Discrete actions and a CPU twin; supported: {', '.join(TWINS)}")
     if env_id not in VECTORIZATIONS[vectorization]:
         fail(f"--vectorization {vectorization} offers {', '.join(VECTORIZATIONS[vectorization])}, not {env_id!r}")
     twin, kwargs = TWINS[env_id]
@@ -388,7 +388,8 @@ def train_step(train_state: QTrainState, buffer, key, args: Args):
 
 
 def copy_target(train_state: QTrainState, tau: float):
-    return train_state.replace(target_params=optax.incremental_update(train_state.params, train_state.target_params, tau))
+    target_params = optax.incremental_update(train_state.params, train_state.target_params, tau)
+    return train_state.replace(target_params=target_params)
 
 
 class Compiled(NamedTuple):
@@ -420,7 +421,8 @@ def iteration(train_state: QTrainState, buffer, runner: Runner, envs, fns: Compi
         # step covers global steps t..t+n-1 (one of them a multiple of k where (-t) % k < n)
         learning = t > args.learning_starts
         if learning and (-t) % args.train_frequency < args.num_envs:
-            source = buffer.sample(args.batch_size) if isinstance(buffer, HostBuffer) else buffer  # a batch, or where from
+            # the host's batch, or the device's buffer, which the update's call samples
+            source = buffer.sample(args.batch_size) if isinstance(buffer, HostBuffer) else buffer
             train_state, loss, q, key = fns.train(train_state, source, key)
             losses.append(loss), qs.append(q)
         if learning and (-t) % args.target_network_frequency < args.num_envs:

@@ -3,9 +3,10 @@
 One file, top to bottom, CleanRL's dqn.py in JAX, in NNX's object-oriented style: the Q-network, its
 target and the optimizer are stateful objects that the update and the copy change in place. The same
 arguments and defaults, the replay buffer as arrays in the jitted state, and each iteration
-(--log-frequency env steps) one nnx.scan over the env steps, each acting epsilon-greedily, stepping the Gymnax env, writing the buffer, then training
-under nnx.cond every --train-frequency steps past --learning-starts and copying the target under
-another: PureJaxRL's shape, no host round trip inside an iteration (docs/offpolicy.md).
+(--log-frequency env steps) one nnx.scan over the env steps, each acting epsilon-greedily, stepping
+the Gymnax env, writing the buffer, then training under nnx.cond every --train-frequency steps past
+--learning-starts and copying the target under another: PureJaxRL's shape, no host round trip inside
+an iteration (docs/offpolicy.md).
 
     python dqn_nnx.py --env-id CartPole-v1
     python dqn_nnx.py --env-id Breakout-MinAtar --model cnn

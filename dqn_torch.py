@@ -2,12 +2,14 @@
 
 One file, top to bottom, CleanRL's dqn.py: the same arguments and defaults, a Python loop over the env
 steps, each acting epsilon-greedily, stepping the Gymnax env (JAX, handed over through DLPack as in
-ppo_torch.py), writing the replay buffer, then training every --train-frequency steps past
---learning-starts and copying the target (docs/offpolicy.md). --buffer device keeps the buffer as
-tensors on torch's device; --buffer host as NumPy arrays, CleanRL's (SB3's) layout.
+ppo_torch.py; --torch-env: the same env written in torch), writing the replay buffer, then training
+every --train-frequency steps past --learning-starts and copying the target (docs/offpolicy.md).
+--buffer device keeps the buffer as tensors on torch's device; --buffer host as NumPy arrays,
+CleanRL's (SB3's) layout.
 
     python dqn_torch.py --env-id CartPole-v1
     python dqn_torch.py --buffer host      # CleanRL's NumPy buffer
+    python dqn_torch.py --torch-env        # the env in torch: no JAX call per step
 """
 
 # %% imports
@@ -24,7 +26,7 @@ import sys
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
-from typing import Literal, NamedTuple
+from typing import Callable, Literal, NamedTuple
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
 import gymnax
@@ -88,6 +90,8 @@ class Args:
     """after training, run this many episodes at epsilon end-e on fresh environments (eval/...)"""
     buffer: Literal["device", "host"] = "device"
     """where the replay buffer lives: tensors on torch's device, or NumPy arrays on the host (CleanRL's)"""
+    torch_env: bool = False
+    """step the env written in torch (Gymnax's formulas: CartPole-v1, Acrobot-v1, MountainCar-v0) instead of Gymnax's"""
 
 
 MODELS = {"small": (120, 84), "cnn": ()}  # hidden widths after the torso; cnn: the CNN, then the Q-values
@@ -95,7 +99,7 @@ CNN_LAYOUT = dict(convs=((16, 3, 1),), dense=128)  # MinAtar's network: (filters
 
 
 def variant_name(args: Args) -> str:
-    return "dqn_torch" + ("-host" if args.buffer == "host" else "")
+    return "dqn_torch" + ("-torchenv" if args.torch_env else "") + ("-host" if args.buffer == "host" else "")
 
 
 # %% environment helpers
@@ -167,6 +171,146 @@ def env_step(state: EnvState, action, env, env_params, num_envs):
                    flatten_obs(info["final_observation"], num_envs),
                    jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0))
     return EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length)), step
+
+
+# The envs in torch (--torch-env), ppo_torch.py's discrete ones, formula for formula: Gymnax's classic-control
+# step_env on a (num_envs, ...) batch on torch's device. Spaces and time limits are the Gymnax env's own; a fresh
+# state is uniform in Gymnax's box, drawn by torch's generator.
+def cartpole(s, action):
+    """CartPole-v1: one Euler step of cart and pole. Gymnax's reward, 1 unless the state before had
+    fallen, is always 1 here: a fallen pole is reset in the step it falls."""
+    gravity, masspole, total_mass, length, polemass_length = 9.8, 0.1, 1.0 + 0.1, 0.5, 0.05
+    force_mag, tau, x_threshold, theta_threshold = 10.0, 0.02, 2.4, 12 * 2 * math.pi / 360
+    x, x_dot, theta, theta_dot = s.unbind(-1)
+    force = force_mag * action - force_mag * (1 - action)
+    costheta, sintheta = torch.cos(theta), torch.sin(theta)
+    temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass
+    thetaacc = (gravity * sintheta - costheta * temp) / (length * (4.0 / 3.0 - masspole * costheta**2 / total_mass))
+    xacc = temp - polemass_length * thetaacc * costheta / total_mass
+    x, x_dot = x + tau * x_dot, x_dot + tau * xacc
+    theta, theta_dot = theta + tau * theta_dot, theta_dot + tau * thetaacc
+    fallen = (x.abs() > x_threshold) | (theta.abs() > theta_threshold)
+    return torch.stack([x, x_dot, theta, theta_dot], -1), torch.ones_like(x), fallen
+
+
+def acrobot_dsdt(s, a):
+    """The acrobot's equations of motion (the "book" version) under torque a: the state's time derivative."""
+    m1, m2, l1, lc1, lc2, i1, i2, g = 1.0, 1.0, 1.0, 0.5, 0.5, 1.0, 1.0, 9.8
+    theta1, theta2, dtheta1, dtheta2 = s.unbind(-1)
+    d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * torch.cos(theta2)) + i1 + i2
+    d2 = m2 * (lc2**2 + l1 * lc2 * torch.cos(theta2)) + i2
+    phi2 = m2 * lc2 * g * torch.cos(theta1 + theta2 - math.pi / 2.0)
+    phi1 = (-m2 * l1 * lc2 * dtheta2**2 * torch.sin(theta2)
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * torch.sin(theta2)
+            + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2) + phi2)
+    ddtheta2 = ((a + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1**2 * torch.sin(theta2) - phi2)
+                / (m2 * lc2**2 + i2 - d2**2 / d1))
+    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    return torch.stack([dtheta1, dtheta2, ddtheta1, ddtheta2], -1)
+
+
+def wrap(x, m=-math.pi, big_m=math.pi):
+    """An angle into [m, big_m), as Gymnax wraps it."""
+    diff, go_up, go_down = big_m - m, x < m, x >= big_m
+    how_often = go_up * torch.ceil((m - x) / diff) + go_down * torch.floor((x - big_m) / diff + 1)
+    return x - how_often * diff * go_down + how_often * diff * go_up
+
+
+def acrobot(s, action):
+    """Acrobot-v1: one RK4 step of dt 0.2 under the action's torque (-1, 0 or +1; no noise), angles wrapped,
+    speeds clipped; reward -1 until the tip swings a link's length above the bar."""
+    torque, dt = (action - 1).float(), 0.2
+    k1 = acrobot_dsdt(s, torque)
+    k2 = acrobot_dsdt(s + dt / 2.0 * k1, torque)
+    k3 = acrobot_dsdt(s + dt / 2.0 * k2, torque)
+    k4 = acrobot_dsdt(s + dt * k3, torque)
+    ns = s + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+    s = torch.stack([wrap(ns[:, 0]), wrap(ns[:, 1]), ns[:, 2].clamp(-4 * math.pi, 4 * math.pi),
+                     ns[:, 3].clamp(-9 * math.pi, 9 * math.pi)], -1)
+    up = -torch.cos(s[:, 0]) - torch.cos(s[:, 1] + s[:, 0]) > 1.0
+    return s, -1.0 * ~up, up
+
+
+def mountain_car(s, action):
+    """MountainCar-v0: the car pushed left, not at all, or right; reward -1 until it is up the right hill."""
+    position, velocity = s.unbind(-1)
+    velocity = (velocity + (action - 1) * 0.001 - torch.cos(3 * position) * 0.0025).clamp(-0.07, 0.07)
+    position = (position + velocity).clamp(-1.2, 0.6)
+    velocity = velocity * ~((position == -1.2) & (velocity < 0))  # the left wall stops it
+    goal = (position >= 0.5) & (velocity >= 0.0)
+    return torch.stack([position, velocity], -1), torch.full_like(position, -1.0), goal
+
+
+def cos_sin(s, angles: int):
+    """The observation of a state whose first entries are angles: the cos and sin of each, then the rest."""
+    trig = [f(s[:, i]) for i in range(angles) for f in (torch.cos, torch.sin)]
+    return torch.cat([torch.stack(trig, -1), s[:, angles:]], -1)
+
+
+TORCH_ENVS = {  # each one's step, observation and start box (Gymnax's reset_env: uniform from low to high)
+    "CartPole-v1": (cartpole, lambda s: s, (-0.05,) * 4, (0.05,) * 4),
+    "Acrobot-v1": (acrobot, lambda s: cos_sin(s, 2), (-0.1,) * 4, (0.1,) * 4),
+    "MountainCar-v0": (mountain_car, lambda s: s, (-0.6, 0.0), (-0.4, 0.0)),
+}
+
+
+class TorchEnv(NamedTuple):
+    """A Gymnax env in torch: its step and observation, its start box on torch's device, and the Gymnax env
+    whose spaces it has (and whose params, the time limit among them, the vector step takes)."""
+    step: Callable  # (states, actions) -> (next states, rewards, terminated)
+    observe: Callable  # states -> observations
+    low: torch.Tensor
+    high: torch.Tensor
+    gymnax: object
+
+    def action_space(self, params):
+        return self.gymnax.action_space(params)
+
+    def observation_space(self, params):
+        return self.gymnax.observation_space(params)
+
+    def fresh(self, num_envs: int, generator=None):
+        """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator, or this one)."""
+        # passed only when given: torch.rand with a generator takes no symbolic sizes, which torch.compile may make
+        mine = {} if generator is None else {"generator": generator}
+        draw = torch.rand(num_envs, len(self.low), device=self.low.device, **mine)
+        return torch.lerp(self.low, self.high, draw)
+
+
+def make_torch_env(env_id: str, device):
+    """The env in torch and the Gymnax env's params, or exit 2 if it has none."""
+    if env_id not in TORCH_ENVS:
+        fail(f"--torch-env has no torch twin of {env_id!r}; it has {', '.join(TORCH_ENVS)}")
+    step, observe, low, high = TORCH_ENVS[env_id]
+    env, env_params = make_env(env_id)
+    low, high = torch.tensor(low, device=device), torch.tensor(high, device=device)
+    return TorchEnv(step, observe, low, high, env), env_params
+
+
+def torch_env_reset(env: TorchEnv, num_envs: int, generator=None):
+    """Fresh envs: (observations, EnvState); the state of each env is its physics and its time step."""
+    physics = env.fresh(num_envs, generator)
+    zeros = lambda dtype=torch.float32: torch.zeros(num_envs, dtype=dtype, device=physics.device)
+    # three tensors, not one three times: torch.compile would guard on the aliasing and compile again
+    return env.observe(physics), EnvState(None, (physics, zeros(torch.int32)), zeros(), zeros())
+
+
+def torch_env_step(state: EnvState, action, env: TorchEnv, env_params):
+    """env_step with the env in torch: every env steps, one that ended (terminated, or reached the time limit)
+    starts a fresh episode in the same step, and the statistics are kept as env_step keeps them."""
+    physics, elapsed = state.env
+    physics, reward, terminated = env.step(physics, action)
+    elapsed = elapsed + 1
+    truncated = elapsed >= env_params.max_steps_in_episode
+    done = terminated | truncated
+    final_obs = env.observe(physics)
+    physics, elapsed = torch.where(done[:, None], env.fresh(len(physics)), physics), torch.where(done, 0, elapsed)
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+    step = EnvStep(env.observe(physics), reward, terminated, truncated, final_obs,
+                   torch.where(done, episode_return, 0.0), torch.where(done, episode_length, 0.0))
+    state = EnvState(None, (physics, elapsed), torch.where(done, 0.0, episode_return),
+                     torch.where(done, 0.0, episode_length))
+    return state, step
 
 
 # %% model
@@ -308,6 +452,11 @@ def stack_jax(steps: list[EnvStep]) -> EnvStep:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *steps)  # one call for the whole iteration
 
 
+def stack_steps(steps: list[EnvStep]) -> EnvStep:
+    """The iteration's env steps as one: Gymnax's JAX arrays in one call, the torch env's tensors by torch."""
+    return EnvStep(*map(torch.stack, zip(*steps))) if isinstance(steps[0].obs, torch.Tensor) else stack_jax(steps)
+
+
 def to_jax(action: torch.Tensor):
     """torch -> JAX without a copy: DLPack on a GPU; on a CPU a NumPy view, which jit takes for less."""
     return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
@@ -342,7 +491,7 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
                     target.copy_(args.tau * online + (1.0 - args.tau) * target)
         runner = Runner(env_state, torch.from_dlpack(out.obs), t + args.num_envs)
         steps.append(out)
-    out = stack_jax(steps)
+    out = stack_steps(steps)
     updates = len(losses)
     stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
              "episodic_length_sum": out.episode_length.sum(), "updates": updates,
@@ -354,15 +503,21 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
 def evaluate(q_network, key, env, env_params, num_episodes: int, epsilon: float, seed: int) -> np.ndarray:
     """One episode on each of num_episodes fresh envs at epsilon (CleanRL's evaluation), exploring from the
     seed's own stream (training's draws do not move it): their returns."""
-    obs, env_state = env_reset(key, env, env_params, num_episodes)
-    jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
     returns, done, device = np.zeros(num_episodes), np.zeros(num_episodes, bool), next(q_network.parameters()).device
+    host = lambda x: torch.from_dlpack(x).cpu().numpy()  # a JAX array or a tensor, on any device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training's stream left as is
         torch.manual_seed(seed)
+        if isinstance(env, TorchEnv):  # its fresh states drawn by torch's generator, not from the key
+            obs, env_state = torch_env_reset(env, num_episodes)
+            step = partial(torch_env_step, env=env, env_params=env_params)
+        else:
+            obs, env_state = env_reset(key, env, env_params, num_episodes)
+            jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
+            step = lambda state, action: jax_step(state, to_jax(action))
         while not done.all():  # a loop on the host: evaluation is not timed
-            env_state, out = jax_step(env_state, to_jax(act(q_network, torch.from_dlpack(obs), epsilon)))
-            ended = np.asarray(out.terminated | out.truncated) & ~done  # each env's first episode only
-            returns[ended] = np.asarray(out.episode_return)[ended]
+            env_state, out = step(env_state, act(q_network, torch.from_dlpack(obs), epsilon))
+            ended = host(out.terminated | out.truncated) & ~done  # each env's first episode only
+            returns[ended] = host(out.episode_return)[ended]
             done, obs = done | ended, out.obs
     return returns
 
@@ -458,25 +613,31 @@ def torch_device() -> torch.device:
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
-    torch.manual_seed(args.seed)  # drives init, exploration and the device buffer's sampling; JAX the environments
+    # drives init, exploration and the device buffer's sampling; JAX the environments (--torch-env: torch)
+    torch.manual_seed(args.seed)
     device, obs_shape = torch_device(), env.observation_space(env_params).shape
-    # the environments' reset as one compiled call, compiled without optimizing it: it runs once
-    reset = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))
-    obs, env_state = reset.lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
+    if not args.torch_env:  # the environments' reset as one compiled call, compiled without optimizing it: it runs once
+        reset = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))
+        obs, env_state = reset.lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
     q_network, target_network, optimizer = make_networks(obs_shape, env.action_space(env_params).n, args, device)
     if saved is not None:  # the weights, the target and Adam's state; the buffer starts empty
         q_network.load_state_dict(saved["q_network"]), target_network.load_state_dict(saved["target_network"])
         optimizer.load_state_dict(saved["optimizer"])
     buffer = Buffer(args.buffer_size, math.prod(obs_shape), device, args.buffer == "host", args.seed)
-    jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs), donate_argnums=0)
-    env_step_fn = lambda state, action: jax_step(state, to_jax(action))  # torch's action handed to JAX
+    if args.torch_env:  # reset after the weights are drawn: a seed's weights are the same with either env
+        obs, env_state = torch_env_reset(env, args.num_envs)
+        env_step_fn = partial(torch_env_step, env=env, env_params=env_params)
+    else:
+        jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs), donate_argnums=0)
+        env_step_fn = lambda state, action: jax_step(state, to_jax(action))  # torch's action handed to JAX
     runner = Runner(env_state, torch.from_dlpack(obs), 0)
     # torch needs each env step's result at once: on the CPU, JAX then does better to run a call in
     # the calling thread than to hand it to a worker thread (async dispatch)
     jax.config.update("jax_cpu_enable_async_dispatch", False)
     num_iterations = args.total_timesteps // args.log_frequency
     with Progress() as progress:
-        task = progress.add_task(f"{log.variant}: iteration 0, compiling the env's step", total=num_iterations)
+        first = f"{log.variant}: iteration 0" + ("" if args.torch_env else ", compiling the env's step")
+        task = progress.add_task(first, total=num_iterations)
         for i in range(num_iterations):
             t0 = time.perf_counter()
             runner, stats = iteration(q_network, target_network, optimizer, buffer, runner, env_step_fn, args)
@@ -525,7 +686,7 @@ def set_matmul_precision(precision: str) -> dict:
 def main():
     args = tyro.cli(Args)
     check_args(args)
-    env, env_params = make_env(args.env_id)
+    env, env_params = make_torch_env(args.env_id, torch_device()) if args.torch_env else make_env(args.env_id)
     if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
         fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
     saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written

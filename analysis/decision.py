@@ -27,6 +27,7 @@ ENVPOOL = ("torch_gymnasium-envpool", "torch_compile_gymnasium-envpool", "torch_
            "linen_gymnasium-envpool")
 DQN = ("dqn_linen", "dqn_nnx", "dqn_equinox", "dqn_torch", "dqn_torch-host", "dqn_torch_compile",
        "dqn_torch_compile-host")  # each torch script with its buffer on the device and on the host
+DQN_OWN = ("dqn_linen", "dqn_nnx", "dqn_equinox", "dqn_torch-torchenv", "dqn_torch_compile-torchenv")
 DQN_CPU = ("dqn_torch_gymnasium", "dqn_torch_gymnasium-host", "dqn_linen_gymnasium", "dqn_linen_gymnasium-host")
 MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats
 RUN_LENGTH = 1_000_000  # env steps (per agent): the run whose whole time the table also compares
@@ -114,6 +115,9 @@ REGIMES = [
            also=lambda r: dqn.train_frequency(r) == 10, value=dqn.steady, learning="dqn-learning"),
     Regime("DQN, an update every env step", "the same, --train-frequency 1: the update's cost dominates", "dqn",
            ("CartPole-v1",), variants=DQN, also=lambda r: dqn.train_frequency(r) == 1, value=dqn.steady),
+    Regime("DQN, each framework's own env", "the same DQN, JAX stepping Gymnax, PyTorch the same CartPole-v1 written "
+           "in torch", "dqn", ("CartPole-v1",), variants=DQN_OWN, also=lambda r: dqn.train_frequency(r) == 10,
+           value=dqn.steady),
     Regime("DQN, CPU env", "the same DQN on CartPole-v1's Gymnasium twin, a Python loop of env steps (CleanRL's dqn.py "
            "and dqn_jax.py setups), an update every 10 env steps", "dqn", ("CartPole-v1",), variants=DQN_CPU,
            also=lambda r: dqn.train_frequency(r) == 10, value=dqn.steady, learning="dqn-learning"),

@@ -32,7 +32,7 @@ VARIANT_COLORS = {
     "dqn_linen": "#1f77b4", "dqn_nnx": "#ff7f0e", "dqn_equinox": "#2ca02c", "dqn_torch": "#9467bd",
     "dqn_torch-host": "#c5b0d5", "dqn_torch_compile": "#8c564b", "dqn_torch_compile-host": "#c49c94",
     "dqn_torch_gymnasium": "#17becf", "dqn_torch_gymnasium-host": "#9edae5", "dqn_linen_gymnasium": "#bcbd22",
-    "dqn_linen_gymnasium-host": "#e7e78a",
+    "dqn_linen_gymnasium-host": "#e7e78a", "dqn_torch-torchenv": "#4b2a7b", "dqn_torch_compile-torchenv": "#4a2e27",
 }
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 # what each variant compiles, in the tables' words; torch_compile's depends on the run (compile_scope)
@@ -45,7 +45,9 @@ NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.
          "dqn_torch_gymnasium": "PyTorch, eager, Gymnasium's env",
          "dqn_torch_gymnasium-host": "PyTorch, eager, Gymnasium's env, buffer on the host",
          "dqn_linen_gymnasium": "Flax Linen, Gymnasium's env",
-         "dqn_linen_gymnasium-host": "Flax Linen, Gymnasium's env, buffer on the host"}
+         "dqn_linen_gymnasium-host": "Flax Linen, Gymnasium's env, buffer on the host",
+         "dqn_torch-torchenv": "PyTorch, eager, its env in torch",
+         "dqn_torch_compile-torchenv": "PyTorch, torch.compile, its env in torch"}
 COMPILE_SCOPES = {  # ppo_torch_compile.py's --compile-scope: what is compiled besides GAE
     "grads": "loss, gradients and clip; Adam eager",
     "grads+policy": "loss, gradients, clip and the policy step; Adam eager",

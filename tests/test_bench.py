@@ -180,14 +180,15 @@ def test_gpu_preset():
 
 
 def test_dqn_presets():
-    """dqn: every DQN script, the torch ones and the CPU-env twins with each buffer, at each train frequency in
-    its own folder, for the preset's steps and no PPO flag; dqn-learning: every script at CleanRL's defaults."""
+    """dqn: every DQN script, the torch ones and the CPU-env twins with each buffer, the torch ones on the env in
+    torch, at each train frequency in its own folder, for the preset's steps and no PPO flag; dqn-learning: every script at CleanRL's defaults."""
     lines = planned("dqn")
-    assert len(lines) == 11 * 3 and len(set(lines)) == len(lines)
+    assert len(lines) == 13 * 3 and len(set(lines)) == len(lines)
     for k in (1, 4, 10):
         mine = [line for line in lines if f"/tf{k} " in line]
-        assert len(mine) == 11 and all(line.endswith(f"--total-timesteps 25000 --train-frequency {k}") for line in mine)
+        assert len(mine) == 13 and all(line.endswith(f"--total-timesteps 25000 --train-frequency {k}") for line in mine)
     assert sum("--buffer host" in line for line in lines) == 4 * 3
+    assert sum("--torch-env" in line for line in lines) == 2 * 3
     assert not any("--sync-timing" in line or "--num-iterations" in line for line in planned("dqn", "--iterations", "30"))
     learning = planned("dqn-learning", "--repeats", "3")
     assert len(learning) == 7 * 3 and all(re.search(r"python dqn_\w+\.py --env-id CartPole-v1 --model small --seed \d "

@@ -392,6 +392,17 @@ def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
     assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
 
 
+@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py"])
+def test_a_torch_env_run_names_itself_and_reloads(script, tmp_path):
+    """--torch-env: the variant says it, and a saved model evaluates the same again on the env in torch."""
+    trained = run_ok(script, *TINY, "--torch-env", "--save-model", "--eval-episodes", "3", log_dir=tmp_path / "train")
+    info, summary = read_json(trained / "run.json"), read_json(trained / "summary.json")
+    assert info["variant"] == script.removesuffix(".py") + "-torchenv" and info["args"]["torch_env"] is True
+    loaded = run_ok(script, "--total-timesteps", "0", *TINY[2:], "--torch-env", "--load-model", str(trained),
+                    "--eval-episodes", "3", log_dir=tmp_path / "eval")
+    assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
+
+
 @pytest.mark.parametrize("script", DQN_SCRIPTS)
 @pytest.mark.parametrize("args, says", [
     (["--env-id", "Pendulum-v1"], "Discrete actions"),

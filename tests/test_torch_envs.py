@@ -183,6 +183,37 @@ def test_torch_env_is_the_same_text_in_every_torch_script():
     assert block("ppo_torch.py") == block("ppo_torch_compile.py") == block("ppo_torch_agents.py")
 
 
+@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py"])
+def test_the_dqn_scripts_step_ppos_torch_envs(script):
+    """The DQN scripts' --torch-env: the discrete envs' formulas are ppo_torch.py's text, and their vector step
+    (no normalization) gives what ppo_torch.py's does over whole episodes from the same states and draws."""
+    import inspect
+
+    import torch
+
+    ppo, dqn = load(SCRIPT), load(script)
+    for name in ("cartpole", "acrobot_dsdt", "wrap", "acrobot", "mountain_car", "cos_sin"):
+        assert inspect.getsource(getattr(dqn, name)) == inspect.getsource(getattr(ppo, name)), name
+    for env_id in dqn.TORCH_ENVS:
+        (p_env, params), (d_env, _) = ppo.make_torch_env(env_id, "cpu"), dqn.make_torch_env(env_id, "cpu")
+        params = params.replace(max_steps_in_episode=50)  # truncations too
+        torch.manual_seed(0)
+        _, p_state = ppo.torch_env_reset(p_env, 64)
+        torch.manual_seed(0)
+        _, d_state = dqn.torch_env_reset(d_env, 64)
+        rng, ended = np.random.default_rng(0), 0
+        for t in range(300):
+            action = torch.from_numpy(rng.integers(p_env.action_space(params).n, size=64).astype(np.int32))
+            torch.manual_seed(t)
+            p_state, p_out = ppo.torch_env_step(p_state, action, p_env, params)
+            torch.manual_seed(t)
+            d_state, d_out = dqn.torch_env_step(d_state, action, d_env, params)
+            for field in d_out._fields:
+                assert torch.equal(getattr(d_out, field), getattr(p_out, field)), (env_id, t, field)
+            ended += int((d_out.terminated | d_out.truncated).sum())
+        assert ended > 64, env_id  # episodes ended and started again
+
+
 def test_a_torch_env_run_names_itself_and_repeats(tmp_path):
     """From the command line: the variant and the flag in run.json, every tag, and the same seed twice
     gives the same metrics (torch's generator draws the resets as it draws the actions)."""
