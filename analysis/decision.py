@@ -328,5 +328,5 @@ def decision_section(by_experiment: dict, out):
               note=f"{RUN_LENGTH / 1e6:g}M env steps: start-up, iterations 0..{STEADY_FROM - 1} as measured (DQN's: "
                    "up to learning starts), then the steady iteration. Target: "
                    f"{SHARE:.0%} of the way from the runs' start to the best variant's median final return "
-                   f"(results/targets.json), timed on {timed}; DQN's likewise from its own learning runs (dqn-learning, "
-                   "CleanRL's 500,000 env steps); a pick that never reached it is counted, outside the ratio.")
+                   f"(results/targets.json), timed on {timed}; DQN's from its own (dqn-learning); a pick that never "
+                   "reached it is counted, outside the ratio.")

@@ -7,12 +7,14 @@ before, that only act and store."""
 import numpy as np
 
 from .output import NAMES, fmt, variant_order
-from .stats import MIN_STEADY, median_range, pair_ratios, sessions_note, startup
+from .stats import MIN_STEADY, below, median_range, not_below, pair_ratios, ratio_row, sessions_note, startup
 from .target import time_to
 
 PER = 1_000  # env steps: the unit a time is given in
 SOLVED = 475  # CartPole-v1's return the issue asks of every script (CleanRL reports about 488 at 500k steps)
 LINEN = "dqn_linen"
+ON_GYMNAX = ("dqn_torch", "dqn_torch-host", "dqn_torch_compile", "dqn_torch_compile-host")  # PyTorch through DLPack
+RATIOS = (1, 4, 10)  # bench.sh dqn's train frequencies
 
 
 def train_frequency(run) -> int:
@@ -81,7 +83,51 @@ def dqn_section(runs, out):
               "(time of A / time of B, median (range, n repeats), pairs from one repeat of one session)",
               ["update every k env steps", "script", "buffer", "steady s / 1,000 steps", "over Linen, steady",
                "over Linen, filling the buffer", "over Linen, a 500k-step run"], rows, block="dqn")
+    dqn_claims(runs, out)
     return rows
+
+
+def ratio_rows(runs, a: str, b: str, ks) -> dict:
+    """{k: the steady ratio row of a over b at train frequency k}, over the repeats that ran both."""
+    found = {k: pair_ratios([r for r in runs if train_frequency(r) == k], a, b, steady).get(("CartPole-v1", "small"))
+             for k in ks}
+    return {k: ratio_row([x]) for k, x in found.items() if x is not None}
+
+
+def dqn_claims(runs, out):
+    """What results.md says of the DQN table, each decided from the ranges over repeats, at every train
+    frequency it names: a claim holds only where every pair it names ran there and bears it out."""
+    def claim(name, pairs, ks, rule, words):
+        found = {(a, b): ratio_rows(runs, a, b, ks) for a, b in pairs}
+        said = "; ".join(f"{a} / {b}: " + ", ".join(f"every {k}: {row['median']:.2f}x ({row['min']:.2f}–{row['max']:.2f})"
+                                                   for k, row in sorted(rows.items())) for (a, b), rows in found.items())
+        holds = all(len(rows) == len(ks) and all(rule(row) for row in rows.values()) for rows in found.values())
+        out.claim(name, holds, words, said or "not run")
+
+    over = lambda variants, b: [(a, b) for a in variants]
+    claim("dqn-linen-faster-than-torch-on-gymnax", over(ON_GYMNAX, LINEN), RATIOS, lambda r: below(1, r), ("faster",))
+    steps = [ratio_rows(runs, a, LINEN, RATIOS) for a in ON_GYMNAX]
+    out.claim("dqn-gap-widens-as-updates-get-rarer", steps and all(
+        len(rows) == len(RATIOS) and all(below(rows[k], rows[m]) for k, m in zip(RATIOS, RATIOS[1:])) for rows in steps),
+        ("widens",), "each PyTorch variant on the Gymnax env over Linen rises beyond its range from each train "
+                     "frequency to the next (the evidence of dqn-linen-faster-than-torch-on-gymnax)")
+    claim("dqn-nnx-equinox-within-15-percent-of-linen", over(("dqn_nnx", "dqn_equinox"), LINEN), RATIOS,
+          lambda r: r["max"] <= 1.15, ("within",))
+    claim("dqn-linen-faster-than-torch-on-its-own-env", over(("dqn_torch-torchenv", "dqn_torch_compile-torchenv"), LINEN),
+          RATIOS, lambda r: below(1, r), ("faster",))
+    claim("dqn-compiled-torch-env-faster-than-gymnax", [("dqn_torch_compile-torchenv", "dqn_torch_compile")], RATIOS,
+          lambda r: below(r, 1), ("faster",))
+    claim("dqn-eager-torch-env-not-faster-than-gymnax", [("dqn_torch-torchenv", "dqn_torch")], RATIOS,
+          lambda r: not_below(r, 1), ("faster",))
+    claim("dqn-compiled-faster-than-eager-every-step", [("dqn_torch_compile", "dqn_torch"),
+          ("dqn_torch_compile-host", "dqn_torch-host")], (1,), lambda r: below(r, 1), ("faster",))
+    claim("dqn-compiled-not-faster-than-eager-every-10", [("dqn_torch_compile", "dqn_torch"),
+          ("dqn_torch_compile-host", "dqn_torch-host")], (10,), lambda r: not_below(r, 1), ("faster",))
+    twins = [("dqn_torch_gymnasium", "dqn_linen_gymnasium"), ("dqn_torch_gymnasium-host", "dqn_linen_gymnasium-host")]
+    claim("dqn-cpu-env-torch-faster-than-linen-every-10", twins, (10,), lambda r: below(r, 1), ("faster",))
+    claim("dqn-cpu-env-linen-faster-than-torch-every-step", twins, (1,), lambda r: below(1, r), ("faster",))
+    claim("dqn-cpu-env-torch-host-buffer-faster", [("dqn_torch_gymnasium-host", "dqn_torch_gymnasium")], RATIOS,
+          lambda r: below(r, 1), ("faster",))
 
 
 def dqn_learning_section(runs, out):
@@ -102,4 +148,7 @@ def dqn_learning_section(runs, out):
               f"the whole run's seconds, and the seconds from the start to the first 1,000 steps whose episodes "
               f"averaged {SOLVED}", ["script", "final return, seeds 1, 2, 3", f"final >= {SOLVED}", "whole run (s)",
                                      f"seconds to {SOLVED}"], rows, block="dqn-learning")
+    reached = sum(time_to(r, SOLVED) is not None for r in runs)
+    out.claim(f"dqn-every-run-reached-{SOLVED}", reached == len(runs), (),
+              f"{reached} of {len(runs)} runs had 1,000 steps whose episodes averaged {SOLVED} or more")
     return rows
