@@ -366,6 +366,7 @@ def test_continuous_rollout_stores_the_sample_and_steps_the_clipped_action(scrip
     calls = adapter_for(script)(script, weights, args).rollouts(*env_inputs, jax.random.key(4), calls=2)
     actions = np.concatenate([batch["actions"].reshape(NUM_STEPS, NUM_ENVS, 1) for batch, *_ in calls])
     assert (np.abs(actions) > 1).mean() > 0.3, "the samples must go beyond the bounds"
+    spread = []  # each sample's distance from its policy's mean, in the policy's standard deviations
     raw, episodes = reference_rollout(first_obs, step, actions)
     expected = normalized(raw, args.gamma)
     assert (raw["truncated"][:NUM_STEPS].any() and raw["truncated"][NUM_STEPS:].any()), "both rollouts end episodes"
@@ -384,6 +385,7 @@ def test_continuous_rollout_stores_the_sample_and_steps_the_clipped_action(scrip
         mean = ref.forward(ref.as64(weights)["actor"], obs)[0]
         logprobs = ref.gaussian(mean, weights["actor_logstd"].astype(np.float64), actions[steps])[0]
         np.testing.assert_allclose(batch["logprobs"], logprobs.reshape(-1), rtol=1e-4, atol=1e-4, err_msg=where)
+        spread.append((actions[steps] - mean) / 1.5)
         np.testing.assert_allclose(values, value(weights, obs), rtol=1e-4, atol=1e-4, err_msg=where)
         bootstrapped = raw["truncated"][steps] & ~raw["terminated"][steps]
         np.testing.assert_allclose(final_values[bootstrapped], value(weights, final_obs)[bootstrapped],
@@ -392,6 +394,10 @@ def test_continuous_rollout_stores_the_sample_and_steps_the_clipped_action(scrip
                                 raw["truncated"][steps], value(weights, expected["obs"][steps.stop]),
                                 value(weights, final_obs), args.gamma, args.gae_lambda)
         np.testing.assert_allclose(batch["advantages"], advantages.reshape(-1), rtol=1e-3, atol=1e-3, err_msg=where)
+    # standard normal noise scaled by the policy's std (1.5), not 1 nor the log-std: over the samples, a mean
+    # within 0.25 of 0 and a standard deviation within 15% of 1 (some 8 and 7 standard errors of 1,024 samples)
+    spread = np.concatenate(spread).ravel()
+    assert abs(spread.mean()) < 0.25 and 0.85 < spread.std() < 1.15, (spread.mean(), spread.std(), spread.size)
 
 
 @pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
