@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, TINY, TINY_ARGS, load, read_json, scalars, script_args
+from helpers import CONTINUOUS_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, TINY, TINY_ARGS, load, read_json, scalars, script_args
 
 EPISODES = 16  # and as many training envs: a key shared with training's would start them alike
 DELAY = 3.0  # seconds the evaluation is made to take longer
@@ -146,3 +146,24 @@ def test_evaluation_seeds_never_meet_trainings(script, episodes, tmp_path, monke
     m.main()
     assert len(seeds["train"]) == TINY_ARGS["num_envs"] and len(seeds["eval"]) == episodes
     assert not seeds["train"] & seeds["eval"], f"evaluation seeds {sorted(seeds['train'] & seeds['eval'])} are training's"
+
+
+BEYOND = 3.0  # the mean of the Gaussian below: beyond Pendulum's bounds (+-2) and beyond +-1
+
+
+@pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
+def test_a_gaussian_policys_greedy_action_is_its_mean_beyond_the_bounds(script, tmp_path, monkeypatch):
+    """A Gaussian policy's greedy action is its mean, wherever the mean lies: the evaluation hands the env
+    (whose env_step clips to the bounds, tests/test_rollout.py) the mean itself, here 3.0 at every
+    observation, from a model this script saved and loaded (Pendulum-v1, no normalization, no iteration)."""
+    m = load(script)
+    args = script_args(m, True, env_id="Pendulum-v1", normalize=False, **TINY_ARGS)
+    weights = ref.random_weights(np.random.default_rng(0), 3, (64, 64), 1, continuous=True)
+    kernel, bias = weights["actor"][-1]
+    weights["actor"][-1] = (np.zeros_like(kernel), np.full_like(bias, BEYOND))
+    saved = adapter_for(script)(script, weights, args).save(tmp_path)
+    _, records, _ = recorded_main(script, tmp_path, monkeypatch, ("--env-id", "Pendulum-v1", "--no-normalize",
+                                                                  "--num-iterations", "0", "--load-model",
+                                                                  str(tmp_path / saved)))
+    actions = np.stack([action for phase, kind, action, *_ in records if phase == "eval" and kind == "step"])
+    assert actions.size and np.allclose(actions, BEYOND), f"greedy actions {np.unique(actions)[:5]}, not the mean"
