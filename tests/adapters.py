@@ -78,6 +78,10 @@ class Adapter:
     def logits(self, obs) -> np.ndarray:
         raise NotImplementedError
 
+    def fresh(self, seed: int) -> dict:
+        """The script's own initial weights from this seed (its init, not the reference's), canonical."""
+        raise NotImplementedError
+
     def weights(self) -> dict:
         """The model's canonical weights now."""
         raise NotImplementedError
@@ -180,6 +184,10 @@ class Linen(Adapter):
                     "conv": [layer(f"Conv_{i}") for i in range(len(params["params"]["cnn"]) - 1)]}
         return out
 
+    def fresh(self, seed):
+        return self.canonical(self.m.make_train_state(self.jax.random.key(seed), self.obs_shape, self.num_actions,
+                                                      self.continuous, self.args).params)
+
     def loss_and_grads(self, mb):
         grad_fn = self.jax.value_and_grad(self.m.ppo_loss, has_aux=True)
         (loss, stats), grads = grad_fn(self.state.params, self.state.apply_fn, self.batch(mb), self.args)
@@ -275,6 +283,11 @@ class NNX(Linen):
                     "conv": [layer(tree["cnn"]["convs"][i]) for i in range(len(tree["cnn"]["convs"]))]}
         return out
 
+    def fresh(self, seed):
+        model, _ = self.m.make_model(self.jax.random.key(seed), self.obs_shape, self.num_actions, self.continuous,
+                                     self.args)
+        return self.canonical(self.nnx.state(model))
+
     def loss_and_grads(self, mb):
         grad_fn = self.nnx.value_and_grad(self.m.ppo_loss, has_aux=True)
         (loss, stats), grads = grad_fn(self.model, self.batch(mb), self.args)
@@ -348,6 +361,11 @@ class Equinox(NNX):
                                np.asarray(tree.cnn.dense.bias))]}
         return out
 
+    def fresh(self, seed):
+        model, _, _ = self.m.make_model(self.jax.random.key(seed), self.obs_shape, self.num_actions, self.continuous,
+                                        self.args)
+        return self.canonical(model)
+
     def loss_and_grads(self, mb):
         grad_fn = self.eqx.filter_value_and_grad(self.m.ppo_loss, has_aux=True)
         (loss, stats), grads = grad_fn(self.model, self.batch(mb), self.args)
@@ -419,6 +437,13 @@ class Torch(Adapter):
 
     def weights(self):
         params = dict(self.agent.named_parameters())
+        return self.canonical(lambda name: params[name].detach().clone())
+
+    def fresh(self, seed):
+        self.torch.manual_seed(seed)
+        agent, _ = self.m.make_agent(self.obs_shape, self.num_actions, self.continuous, self.args,
+                                     self.torch.device("cpu"))
+        params = dict(agent.named_parameters())
         return self.canonical(lambda name: params[name].detach().clone())
 
     def adam_state(self):
