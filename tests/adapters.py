@@ -514,11 +514,17 @@ class Torch(Adapter):
         return results
 
 
+def gymnasium_reset(m, envs, seed, args):
+    """A CPU-env script's first reset as its train() makes it: through a fresh normalizer where it normalizes."""
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    return m.env_reset(envs, seed, m.Normalizer.start(obs_dim, args.num_envs) if m.normalizes(args, envs) else None)
+
+
 class LinenGymnasium(Linen):
     """The Gymnasium twin: the policy step and the batch jitted as the script jits them."""
 
     def run_rollout(self, envs, seed, runner_key, calls):
-        obs, env_state = self.m.env_reset(envs, seed)
+        obs, env_state = gymnasium_reset(self.m, envs, seed, self.args)
         runner = self.m.Runner(runner_key, env_state, obs)
         policy_fn = self.jax.jit(partial(self.m.policy_step, apply_fn=self.state.apply_fn))
         batch_fn = self.jax.jit(partial(self.m.learn_batch, args=self.args))
@@ -533,7 +539,7 @@ class TorchGymnasium(Torch):
     def run_rollout(self, envs, seed, runner_key, calls):
         import jax
 
-        obs, env_state = self.m.env_reset(envs, seed)
+        obs, env_state = gymnasium_reset(self.m, envs, seed, self.args)
         runner = self.m.Runner(env_state, self.torch.from_numpy(obs))
         self.torch.manual_seed(int(jax.random.randint(runner_key, (), 0, 2**31 - 1)))
         results = []

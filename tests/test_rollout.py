@@ -108,7 +108,8 @@ def craftax_envs(script, env_id):
 def gymnasium_envs(script, env_id):
     """Gymnasium's twin, made by the script's own make_env (sync, same-step autoreset), and the
     same twin's envs made and stepped alone: seeded with seed + i as the vector env seeds them,
-    and reset (without a seed) in the step their episode ends."""
+    and reset (without a seed) in the step their episode ends. A continuous env is given the action
+    clipped to its bounds."""
     import gymnasium as gym
 
     seed, m = 3, load(script)
@@ -117,11 +118,13 @@ def gymnasium_envs(script, env_id):
     m.make_env(env_id, 1).close()  # registers the MinAtar twins
     envs = [gym.make(twin, **kwargs) for _ in range(NUM_ENVS)]
     first_obs = [flatten(e.reset(seed=seed + i)[0]) for i, e in enumerate(envs)]
+    space = envs[0].action_space  # a continuous env is given the action clipped to its bounds
+    given = (lambda a: np.clip(a, space.low, space.high)) if isinstance(space, gym.spaces.Box) else int
 
     def step(t, actions):
         out = []
         for e, action in zip(envs, actions):
-            o, reward, terminated, truncated, _ = e.step(int(action))
+            o, reward, terminated, truncated, _ = e.step(given(action))
             final = flatten(o)
             if terminated or truncated:
                 o, _ = e.reset()
@@ -345,12 +348,10 @@ def normalized(expected, gamma):
     return {name: np.stack(x) for name, x in out.items()}
 
 
-CONTINUOUS_GYMNAX = [s for s in CONTINUOUS_SCRIPTS if s not in GYMNASIUM_SCRIPTS]
-
-
-@pytest.mark.parametrize("script", CONTINUOUS_GYMNAX)
+@pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
 def test_continuous_rollout_stores_the_sample_and_steps_the_clipped_action(script):
-    """MountainCarContinuous charges -0.1 * action**2 for the action it is given, so an unclipped
+    """MountainCarContinuous (Gymnax's, or Gymnasium's twin in the CPU-env scripts) charges -0.1 * action**2
+    for the action it is given, so an unclipped
     action shows in its reward: two consecutive rollout() calls with the Gaussian head (std 1.5,
     about half the samples beyond the bounds [-1, 1]) give what the env does stepped alone with the
     clipped actions, while the batch stores the samples themselves and their log-probabilities;
@@ -360,7 +361,8 @@ def test_continuous_rollout_stores_the_sample_and_steps_the_clipped_action(scrip
 
     args = script_args(load(script), True, num_envs=NUM_ENVS, num_steps=NUM_STEPS)
     assert args.normalize, "normalization is on by default"
-    env_inputs, first_obs, step = gymnax_envs(script, "MountainCarContinuous-v0")
+    env_inputs, first_obs, step = (gymnasium_envs if script in GYMNASIUM_SCRIPTS else gymnax_envs)(
+        script, "MountainCarContinuous-v0")
     weights = ref.random_weights(np.random.default_rng(2), len(first_obs[0]), (64, 64), 1, continuous=True)
     weights["actor_logstd"][:] = np.log(1.5)
     calls = adapter_for(script)(script, weights, args).rollouts(*env_inputs, jax.random.key(4), calls=2)
