@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import GYMNASIUM_SCRIPTS, ROOT, TINY, load, read_json, run, run_ok
+from helpers import GYMNASIUM_SCRIPTS, ROOT, TINY, load, read_json, run, run_ok, script_args
 from test_equivalence import MINIBATCH, NUM_ACTIONS, OBS_DIM, problem, rows, shared_args  # noqa: F401
 
 AUTORESET = {"sync": "SameStep", "async": "SameStep", "vector": "NextStep", "envpool": "NextStep"}
@@ -181,3 +181,35 @@ def test_env_alone_refuses_what_a_backend_does_not_offer(backend, env_id, offere
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert offered in proc.stderr and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
+def test_atari_rollouts_count_whole_games(script):
+    """Over two rollout() calls on Breakout-v5 (a life lost ends an episode in the batch), the episode
+    statistics a run logs count each game once, at its unclipped score and its length in transitions: the
+    games a second EnvPool env with the same seed ends, stepped with the actions the batch stored."""
+    import envpool
+    import jax
+
+    m = load(script)
+    args = script_args(m, model="cnn", env_id="Breakout-v5", vectorization="envpool", num_envs=2, num_steps=256)
+    weights = ref.random_cnn_weights(np.random.default_rng(0), (84, 84, 4), "nature", 4)
+    envs = m.make_env("Breakout-v5", 2, "envpool", seed=3)
+    calls = adapter_for(script)(script, weights, args).rollouts(envs, 3, jax.random.key(4), calls=2)
+    same = envpool.make_gymnasium("Breakout-v5", num_envs=2, seed=3, episodic_life=True, reward_clip=True)
+    same.reset()
+    score, length, resetting, lives_lost = np.zeros(2), np.zeros(2), np.zeros(2, bool), 0
+    for call, (batch, stats, *_) in enumerate(calls):
+        games = []
+        for action in batch["actions"].reshape(256, 2):
+            _, _, terminated, truncated, info = same.step(action)
+            score, length = score + info["reward"], length + ~resetting
+            over = info["terminated"].astype(bool) | truncated
+            games += list(zip(score[over], length[over]))
+            lives_lost += (terminated & ~over).sum()
+            score, length, resetting = np.where(over, 0, score), np.where(over, 0, length), terminated | truncated
+        assert games, f"call {call + 1}: no game ended"
+        assert stats["episodes"] == len(games), f"call {call + 1}: {stats['episodes']} episodes, {len(games)} games"
+        assert stats["episodic_return_sum"] == pytest.approx(sum(s for s, _ in games)), f"call {call + 1}"
+        assert stats["episodic_length_sum"] == pytest.approx(sum(n for _, n in games)), f"call {call + 1}"
+    assert lives_lost > 2, "lives lost within games"
