@@ -67,8 +67,8 @@ class Adapter:
         optimizer used in its last step, read from the optimizer's state, and the logged one)."""
         raise NotImplementedError
 
-    def save(self, run_dir) -> str:
-        """The script's save_model: the file it wrote, in run_dir."""
+    def save(self, run_dir, norm=None) -> str:
+        """The script's save_model (with a normalizer's statistics, if given): the file it wrote, in run_dir."""
         raise NotImplementedError
 
     def load(self, path):
@@ -208,8 +208,8 @@ class Linen(Adapter):
         """What the script's rollout() takes first: Linen's train state, the others' model."""
         return self.state
 
-    def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.state, None, self.args)
+    def save(self, run_dir, norm=None):
+        return self.m.save_model(str(run_dir), self.state, norm, self.args)
 
     def load(self, path):
         self.state = self.m.restore(self.state, self.m.read_model(str(path), self.args))
@@ -307,8 +307,8 @@ class NNX(Linen):
     def policy(self):
         return self.model
 
-    def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.model, self.optimizer, None, self.args)
+    def save(self, run_dir, norm=None):
+        return self.m.save_model(str(run_dir), self.model, self.optimizer, norm, self.args)
 
     def load(self, path):
         self.m.restore(self.model, self.optimizer, self.m.read_model(str(path), self.args))
@@ -382,8 +382,8 @@ class Equinox(NNX):
         used = self.opt_state[1].hyperparams["learning_rate"]
         return self.canonical(self.model), float(used), float(stats["learning_rate"])
 
-    def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.model, self.opt_state, None, self.args)
+    def save(self, run_dir, norm=None):
+        return self.m.save_model(str(run_dir), self.model, self.opt_state, norm, self.args)
 
     def load(self, path):  # Equinox reads the leaves into this run's structure, which the env's shapes fix
         saved = self.m.read_model(str(path), self.args, *self.m.make_env(self.args.env_id))
@@ -469,8 +469,8 @@ class Torch(Adapter):
         used = float(self.optimizer.param_groups[0]["lr"])
         return self.weights(), used, used  # the scripts log this same value
 
-    def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.agent, self.optimizer, None, self.args)
+    def save(self, run_dir, norm=None):
+        return self.m.save_model(str(run_dir), self.agent, self.optimizer, norm, self.args)
 
     def load(self, path):
         self.m.restore(self.agent, self.optimizer, self.m.read_model(str(path), self.args))
@@ -659,8 +659,8 @@ class TorchAgents(Torch):
         tensor_of = lambda a: lambda name: self.params[name.split(".", 1)[0]][name.split(".", 1)[1]][a].clone()
         return [self.canonical(tensor_of(a)) for a in range(self.args.num_agents)]
 
-    def save(self, run_dir):
-        return self.m.save_model(str(run_dir), self.params, self.optimizer, None, self.args)
+    def save(self, run_dir, norm=None):
+        return self.m.save_model(str(run_dir), self.params, self.optimizer, norm, self.args)
 
     def load(self, path):
         self.m.restore(self.params, self.optimizer, self.m.read_model(str(path), self.args))

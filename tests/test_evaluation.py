@@ -167,3 +167,26 @@ def test_a_gaussian_policys_greedy_action_is_its_mean_beyond_the_bounds(script, 
                                                                   str(tmp_path / saved)))
     actions = np.stack([action for phase, kind, action, *_ in records if phase == "eval" and kind == "step"])
     assert actions.size and np.allclose(actions, BEYOND), f"greedy actions {np.unique(actions)[:5]}, not the mean"
+
+
+FROZEN = dict(mean=np.array([0.5, -0.3, 1.0]), var=np.array([0.25, 4.0, 9.0]), count=1e7)  # Pendulum's (cos, sin, speed)
+
+
+@pytest.mark.parametrize("script", CONTINUOUS_SCRIPTS)
+def test_a_normalized_policy_is_evaluated_on_trainings_frozen_statistics(script, tmp_path, monkeypatch):
+    """The evaluation of a normalized policy scales every observation by the statistics training ended with,
+    frozen. A model saved with statistics far from a fresh start's (and a count that the reset's batch barely
+    moves) is loaded with no iteration and evaluated on Pendulum-v1, whose observation (cos, sin, speed) lies
+    on the circle cos**2 + sin**2 = 1: every observation the policy saw, unscaled with the saved statistics,
+    lies on it. Fresh statistics, or statistics that go on learning in the evaluation, put it elsewhere."""
+    m = load(script)
+    args = script_args(m, True, env_id="Pendulum-v1", **TINY_ARGS)
+    weights = ref.random_weights(np.random.default_rng(0), 3, (64, 64), 1, continuous=True)
+    stats = {"obs": FROZEN, "reward": dict(mean=np.zeros(()), var=np.ones(()), count=FROZEN["count"])}
+    saved = adapter_for(script)(script, weights, args).save(tmp_path, m.Normalizer.start(3, EPISODES, stats))
+    _, records, _ = recorded_main(script, tmp_path, monkeypatch, ("--env-id", "Pendulum-v1", "--num-iterations", "0",
+                                                                  "--load-model", str(tmp_path / saved)))
+    seen = [r[2] if r[1] == "reset" else r[3] for r in records if r[0] == "eval"]  # what the policy was given
+    raw = np.concatenate(seen).astype(np.float64) * np.sqrt(FROZEN["var"] + 1e-8) + FROZEN["mean"]
+    off = np.abs(raw[:, 0] ** 2 + raw[:, 1] ** 2 - 1)
+    assert len(seen) > 10 and off.max() < 3e-5, f"{off.max():.2g}: not the saved statistics, frozen"
