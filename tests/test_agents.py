@@ -171,3 +171,30 @@ def test_agents_a_framework_cannot_seed_are_refused(script, capsys):
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
     m.check_args(dataclasses.replace(m.Args(), seed=2**31 - 3, num_agents=3))  # the last seed that fits
+
+
+@pytest.mark.parametrize("script", AGENT_SCRIPTS)
+def test_every_agent_evaluates_a_gaussian_beyond_the_bounds_as_the_single_agent_script(script, tmp_path):
+    """A Gaussian whose mean is 3 at every observation (beyond Pendulum's bounds of 2), saved for every agent,
+    loaded with no iteration: agent i evaluates to the returns the single-agent script gets from the same model
+    with seed + i, which hands the env the mean itself (test_evaluation.py). A greedy action squeezed into
+    a range changes the env's torque, and the returns."""
+    weights = ref.random_weights(np.random.default_rng(0), 3, (64, 64), 1, continuous=True)
+    kernel, bias = weights["actor"][-1]
+    weights["actor"][-1] = (np.zeros_like(kernel), np.full_like(bias, 3.0))
+    flags = ("--env-id", "Pendulum-v1", "--no-normalize", "--num-iterations", "0", *EVAL)
+    returns = []
+    for name, changes, seeds in ((script, dict(num_agents=RUN_AGENTS), [SEED]),
+                                 (SINGLE[script], {}, [SEED + a for a in range(RUN_AGENTS)])):
+        m, folder = load(name), tmp_path / name
+        folder.mkdir()
+        args = m.with_defaults(m.Args(env_id="Pendulum-v1", normalize=False, **changes), True)
+        saved = folder / adapter_for(name)(name, weights, args).save(folder)
+        for seed in seeds:
+            more = ("--num-agents", str(RUN_AGENTS)) if name == script else ()
+            run_dir = run_ok(name, *TINY, *flags, *more, "--seed", str(seed), "--load-model", str(saved),
+                             log_dir=tmp_path / f"{name}-s{seed}")
+            returns.append(read_json(run_dir / "summary.json")["eval/episodic_returns"])
+    agents, singles = returns[0], returns[1:]
+    for a in range(RUN_AGENTS):
+        assert agents[a] == pytest.approx(singles[a], rel=1e-3), f"agent {a}"
