@@ -38,7 +38,6 @@ import optax
 import tyro
 from flax import serialization
 from flax.training.train_state import TrainState
-from minatar.gym import register_envs as register_minatar_envs
 from rich.progress import Progress
 from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
 
@@ -145,7 +144,9 @@ def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int 
 
         return envpool.make_gymnasium(twin, num_envs=num_envs, seed=seed, **kwargs)  # env i: seed + i
     if twin.startswith("MinAtar/") and twin not in gym.registry:
-        register_minatar_envs()
+        from minatar.gym import register_envs  # a second of imports (seaborn, pandas): only when asked for
+
+        register_envs()
     if vectorization == "vector":
         return gym.make_vec(twin, num_envs, vectorization_mode="vector_entry_point", **kwargs)
     # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep; the
@@ -189,10 +190,10 @@ def env_step(envs, state: EnvState, action):
     obs, reward, terminated, truncated, info = envs.step(action)
     obs, reward, done = flatten_obs(obs), reward.astype(np.float32), terminated | truncated
     if envs.metadata["autoreset_mode"] == SAME_STEP:
-        final_obs = obs.copy()
+        final_obs, resetting = obs, np.zeros_like(done)
         if done.any():
+            final_obs = obs.copy()
             final_obs[done] = flatten_obs(np.stack(info["final_obs"][done]))
-        resetting = np.zeros_like(done)
     else:
         final_obs, resetting = obs, done
     valid = ~state.resetting
@@ -326,7 +327,7 @@ class HostBuffer:
 
     def add(self, *transition):
         capacity, n = len(self.stores[0]), len(transition[0])
-        rows = np.arange(self.pos, self.pos + n) % capacity
+        rows = slice(self.pos, self.pos + n) if self.pos + n <= capacity else np.arange(self.pos, self.pos + n) % capacity
         for store, x in zip(self.stores, transition):
             store[rows] = x
         self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
@@ -361,23 +362,24 @@ def epsilon_at(global_step: int, args: Args) -> float:
 
 # %% training loop
 class Runner(NamedTuple):
-    key: jax.Array
+    key: jax.Array  # the device buffer's sampling
     env_state: EnvState
     obs: np.ndarray
     global_step: int  # env steps so far, over all envs: CleanRL's global_step
+    rng: np.random.Generator  # exploration's draws
 
 
-def act(train_state: QTrainState, obs, key, epsilon):
-    """Each env's action: a uniform one with probability epsilon, else the greedy one."""
-    explore_key, action_key = jax.random.split(key)
-    q = train_state.apply_fn(train_state.params, obs)
-    explore = jax.random.uniform(explore_key, q.shape[:1]) < epsilon
-    return jnp.where(explore, jax.random.randint(action_key, q.shape[:1], 0, q.shape[-1]), q.argmax(-1))
+def greedy(train_state: QTrainState, obs):
+    return train_state.apply_fn(train_state.params, obs).argmax(-1)
 
 
-def policy_step(train_state: QTrainState, obs, key, epsilon):
-    key, act_key = jax.random.split(key)
-    return act(train_state, obs, act_key, epsilon), key
+def act(policy, train_state: QTrainState, obs: np.ndarray, epsilon: float, rng, num_actions: int) -> np.ndarray:
+    """Each env's action: a uniform one with probability epsilon, else the greedy one. Drawn on the host, as
+    CleanRL's, so that a step where every env explores skips the network's call."""
+    explore, action = rng.random(len(obs)) < epsilon, rng.integers(0, num_actions, len(obs), np.int32)
+    if explore.all():
+        return action
+    return np.where(explore, action, np.asarray(policy(train_state, obs)))
 
 
 def train_step(train_state: QTrainState, buffer, key, args: Args):
@@ -401,18 +403,17 @@ class Compiled(NamedTuple):
 
 
 def compiled(args: Args) -> Compiled:
-    return Compiled(jax.jit(policy_step), jax.jit(Buffer.add, donate_argnums=0),
+    return Compiled(jax.jit(greedy), jax.jit(Buffer.add, donate_argnums=0),
                     jax.jit(partial(train_step, args=args), donate_argnums=0),
                     jax.jit(partial(copy_target, tau=args.tau), donate_argnums=0))
 
 
 def iteration(train_state: QTrainState, buffer, runner: Runner, envs, fns: Compiled, args: Args):
     """log_frequency env steps: act, step, store, and on CleanRL's steps train and copy the target."""
-    steps, losses, qs = [], [], []
+    steps, losses, qs, key = [], [], [], runner.key
     for _ in range(args.log_frequency // args.num_envs):
         t = runner.global_step
-        action, key = fns.policy(train_state, runner.obs, runner.key, epsilon_at(t, args))
-        action = np.asarray(action)  # the env needs it on the host
+        action = act(fns.policy, train_state, runner.obs, epsilon_at(t, args), runner.rng, envs.single_action_space.n)
         env_state, out = env_step(envs, runner.env_state, action)
         keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
         transition = (runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])
@@ -427,12 +428,12 @@ def iteration(train_state: QTrainState, buffer, runner: Runner, envs, fns: Compi
             losses.append(loss), qs.append(q)
         if learning and (-t) % args.target_network_frequency < args.num_envs:
             train_state = fns.copy(train_state)
-        runner = Runner(key, env_state, out.obs, t + args.num_envs)
-        steps.append(out)
-    out = EnvStep(*map(np.stack, zip(*steps)))
+        runner = Runner(key, env_state, out.obs, t + args.num_envs, runner.rng)
+        steps.append((out.episode_return, out.episode_length))
+    episode_return, episode_length = map(np.stack, zip(*steps))
     updates = len(losses)
-    stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
-             "episodic_length_sum": out.episode_length.sum(), "updates": updates,
+    stats = {"episodes": (episode_length > 0).sum(), "episodic_return_sum": episode_return.sum(),
+             "episodic_length_sum": episode_length.sum(), "updates": updates,
              "td_loss": jnp.stack(losses).mean() if losses else 0.0, "q_values": jnp.stack(qs).mean() if qs else 0.0,
              "epsilon": epsilon_at(runner.global_step - args.num_envs, args)}
     return train_state, buffer, runner, stats
@@ -440,14 +441,14 @@ def iteration(train_state: QTrainState, buffer, runner: Runner, envs, fns: Compi
 
 def evaluate(train_state: QTrainState, args: Args, num_episodes: int, epsilon: float, seed: int) -> np.ndarray:
     """One episode on each of num_episodes fresh envs at epsilon (CleanRL's evaluation), exploring from the
-    seed key folded with 4, a stream training does not draw from: their returns."""
+    seed's own stream (training's draws do not move it): their returns."""
     envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
     obs, env_state = env_reset(envs, seed)
-    policy, key = jax.jit(policy_step), jax.random.fold_in(jax.random.key(args.seed), 4)
-    returns, done = np.zeros(num_episodes), np.zeros(num_episodes, bool)
+    returns, done, rng = np.zeros(num_episodes), np.zeros(num_episodes, bool), np.random.default_rng(seed)
+    policy = jax.jit(greedy)
     while not done.all():
-        action, key = policy(train_state, obs, key, epsilon)
-        env_state, out = env_step(envs, env_state, np.asarray(action))
+        action = act(policy, train_state, obs, epsilon, rng, envs.single_action_space.n)
+        env_state, out = env_step(envs, env_state, action)
         ended = (out.episode_length > 0) & ~done  # each env's first episode only
         returns[ended] = out.episode_return[ended]
         done, obs = done | ended, out.obs
@@ -552,7 +553,8 @@ def train(args: Args, envs, log: RunLog, saved: dict | None = None) -> QTrainSta
         train_state = serialization.from_state_dict(train_state, jax.tree.map(jnp.asarray, saved["state"]))
     if args.buffer == "host":
         buffer = HostBuffer(args.buffer_size, math.prod(obs_shape), args.seed)
-    fns, runner = compiled(args), Runner(key, env_state, obs, 0)
+    rng = np.random.default_rng(args.seed + 1)  # exploration's: apart from the host buffer's stream
+    fns, runner = compiled(args), Runner(key, env_state, obs, 0, rng)
     # the host needs each policy step's action at once: on the CPU, JAX then does better to run a call in
     # the calling thread than to hand it to a worker thread (async dispatch)
     jax.config.update("jax_cpu_enable_async_dispatch", False)

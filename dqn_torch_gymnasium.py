@@ -30,7 +30,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import tyro
-from minatar.gym import register_envs as register_minatar_envs
 from rich.progress import Progress
 from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
 
@@ -137,7 +136,9 @@ def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int 
 
         return envpool.make_gymnasium(twin, num_envs=num_envs, seed=seed, **kwargs)  # env i: seed + i
     if twin.startswith("MinAtar/") and twin not in gym.registry:
-        register_minatar_envs()
+        from minatar.gym import register_envs  # a second of imports (seaborn, pandas): only when asked for
+
+        register_envs()
     if vectorization == "vector":
         return gym.make_vec(twin, num_envs, vectorization_mode="vector_entry_point", **kwargs)
     # copy=False: the batched observation is not copied, flatten_obs makes the one copy we keep; the
@@ -181,10 +182,10 @@ def env_step(envs, state: EnvState, action):
     obs, reward, terminated, truncated, info = envs.step(action)
     obs, reward, done = flatten_obs(obs), reward.astype(np.float32), terminated | truncated
     if envs.metadata["autoreset_mode"] == SAME_STEP:
-        final_obs = obs.copy()
+        final_obs, resetting = obs, np.zeros_like(done)
         if done.any():
+            final_obs = obs.copy()
             final_obs[done] = flatten_obs(np.stack(info["final_obs"][done]))
-        resetting = np.zeros_like(done)
     else:
         final_obs, resetting = obs, done
     valid = ~state.resetting
@@ -207,7 +208,7 @@ class QNetwork(nn.Module):
 
     def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, cnn: bool):
         super().__init__()
-        self.image_shape, layers = (obs_shape if cnn else None), []
+        self.image_shape, self.num_actions, layers = (obs_shape if cnn else None), num_actions, []
         if cnn:
             (h, w, channels) = obs_shape
             for filters, size, stride in CNN_LAYOUT["convs"]:
@@ -281,7 +282,7 @@ class Buffer:
         """One row per env (obs, next_obs, action, reward, terminated: NumPy, the env's), overwriting the
         oldest once full."""
         capacity, n = len(self.stores[0]), len(transition[0])
-        rows = np.arange(self.pos, self.pos + n) % capacity
+        rows = slice(self.pos, self.pos + n) if self.pos + n <= capacity else np.arange(self.pos, self.pos + n) % capacity
         for store, x in zip(self.stores, transition):
             store[rows] = x if self.host else torch.from_numpy(x).to(self.device)
         self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
@@ -327,14 +328,18 @@ class Runner(NamedTuple):
     env_state: EnvState
     obs: np.ndarray
     global_step: int  # env steps so far, over all envs: CleanRL's global_step
+    rng: np.random.Generator  # exploration's draws
 
 
-@torch.no_grad()
-def act(q_network, obs, epsilon: float):
-    """Each env's action: a uniform one with probability epsilon, else the greedy one."""
-    q = q_network(obs)
-    explore = torch.rand(q.shape[:1], device=q.device) < epsilon
-    return torch.where(explore, torch.randint(0, q.shape[-1], q.shape[:1], device=q.device), q.argmax(-1)).int()
+def act(q_network, obs: np.ndarray, epsilon: float, rng: np.random.Generator, device) -> np.ndarray:
+    """Each env's action: a uniform one with probability epsilon, else the greedy one. Drawn on the host, as
+    CleanRL's, so that a step where every env explores skips the network and its trip to the device."""
+    explore, action = rng.random(len(obs)) < epsilon, rng.integers(0, q_network.num_actions, len(obs), np.int32)
+    if explore.all():
+        return action
+    with torch.no_grad():
+        greedy = q_network(torch.from_numpy(obs).to(device)).argmax(-1)
+    return np.where(explore, action, greedy.int().cpu().numpy())
 
 
 def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runner, envs, args: Args):
@@ -342,7 +347,7 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
     steps, losses, qs, device = [], [], [], next(q_network.parameters()).device
     for _ in range(args.log_frequency // args.num_envs):
         t = runner.global_step
-        action = act(q_network, torch.from_numpy(runner.obs).to(device), epsilon_at(t, args)).cpu().numpy()
+        action = act(q_network, runner.obs, epsilon_at(t, args), runner.rng, device)
         env_state, out = env_step(envs, runner.env_state, action)
         keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
         buffer.add(runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])
@@ -356,12 +361,12 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
             with torch.no_grad():
                 for target, online in zip(target_network.parameters(), q_network.parameters()):
                     target.copy_(args.tau * online + (1.0 - args.tau) * target)
-        runner = Runner(env_state, out.obs, t + args.num_envs)
-        steps.append(out)
-    out = EnvStep(*map(np.stack, zip(*steps)))
+        runner = Runner(env_state, out.obs, t + args.num_envs, runner.rng)
+        steps.append((out.episode_return, out.episode_length))
+    episode_return, episode_length = map(np.stack, zip(*steps))
     updates = len(losses)
-    stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
-             "episodic_length_sum": out.episode_length.sum(), "updates": updates,
+    stats = {"episodes": (episode_length > 0).sum(), "episodic_return_sum": episode_return.sum(),
+             "episodic_length_sum": episode_length.sum(), "updates": updates,
              "td_loss": torch.stack(losses).mean() if losses else 0.0, "q_values": torch.stack(qs).mean() if qs else 0.0,
              "epsilon": epsilon_at(runner.global_step - args.num_envs, args)}
     return runner, stats
@@ -372,15 +377,13 @@ def evaluate(q_network, args: Args, num_episodes: int, epsilon: float, seed: int
     seed's own stream (training's draws do not move it): their returns."""
     envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
     obs, env_state = env_reset(envs, seed)
-    returns, done, device = np.zeros(num_episodes), np.zeros(num_episodes, bool), next(q_network.parameters()).device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training's stream left as is
-        torch.manual_seed(seed)
-        while not done.all():
-            action = act(q_network, torch.from_numpy(obs).to(device), epsilon).cpu().numpy()
-            env_state, out = env_step(envs, env_state, action)
-            ended = (out.episode_length > 0) & ~done  # each env's first episode only
-            returns[ended] = out.episode_return[ended]
-            done, obs = done | ended, out.obs
+    returns, done, rng = np.zeros(num_episodes), np.zeros(num_episodes, bool), np.random.default_rng(seed)
+    device = next(q_network.parameters()).device
+    while not done.all():
+        env_state, out = env_step(envs, env_state, act(q_network, obs, epsilon, rng, device))
+        ended = (out.episode_length > 0) & ~done  # each env's first episode only
+        returns[ended] = out.episode_return[ended]
+        done, obs = done | ended, out.obs
     envs.close()
     return returns
 
@@ -476,7 +479,7 @@ def torch_device() -> torch.device:
 
 
 def train(args: Args, envs, log: RunLog, saved: dict | None = None):
-    torch.manual_seed(args.seed)  # drives init, exploration and the device buffer's sampling; the same seed the envs
+    torch.manual_seed(args.seed)  # drives init and the device buffer's sampling; the same seed the envs
     device, obs_shape = torch_device(), envs.single_observation_space.shape
     obs, env_state = env_reset(envs, args.seed)
     q_network, target_network, optimizer = make_networks(obs_shape, envs.single_action_space.n, args, device)
@@ -484,7 +487,8 @@ def train(args: Args, envs, log: RunLog, saved: dict | None = None):
         q_network.load_state_dict(saved["q_network"]), target_network.load_state_dict(saved["target_network"])
         optimizer.load_state_dict(saved["optimizer"])
     buffer = Buffer(args.buffer_size, math.prod(obs_shape), device, args.buffer == "host", args.seed)
-    runner = Runner(env_state, obs, 0)
+    rng = np.random.default_rng(args.seed + 1)  # exploration's: apart from the host buffer's stream
+    runner = Runner(env_state, obs, 0, rng)
     num_iterations = args.total_timesteps // args.log_frequency
     with Progress() as progress:
         task = progress.add_task(f"{log.variant}: iteration 0", total=num_iterations)

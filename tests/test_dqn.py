@@ -70,7 +70,7 @@ class LinenGymnasium(Linen):
         state = dqn.make_train_state(jax.random.key(0), (4,), 2, args)
         state = state.replace(target_params=jax.tree.map(jnp.copy, state.params))  # apart, as a run's jitted setup makes
         buffer = buffer or LinenGymnasium.buffer(dqn, args.buffer_size, 4, args.buffer == "host")
-        fns, runner = dqn.compiled(args), dqn.Runner(jax.random.key(seed + 1), env_state, obs, 0)
+        fns, runner = dqn.compiled(args), dqn.Runner(jax.random.key(seed + 1), env_state, obs, 0, np.random.default_rng(seed + 1))
         while True:
             state, buffer, runner, stats = dqn.iteration(state, buffer, runner, envs, fns, args)
             yield state, stats, int(state.opt_state[0].count)
@@ -253,7 +253,7 @@ class TorchGymnasium(Torch):
         obs, env_state = dqn.env_reset(envs, seed)
         q, t, optimizer = dqn.make_networks((4,), 2, args, torch.device("cpu"))
         buffer = buffer or dqn.Buffer(args.buffer_size, 4, torch.device("cpu"), args.buffer == "host", seed)
-        runner = dqn.Runner(env_state, obs, 0)
+        runner = dqn.Runner(env_state, obs, 0, np.random.default_rng(seed + 1))
         while True:
             runner, stats = dqn.iteration(q, t, optimizer, buffer, runner, envs, args)
             count = int(optimizer.state[next(q.parameters())]["step"]) if optimizer.state else 0
@@ -362,8 +362,8 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
     a reset one, and each terminated row's next observation is CartPole's final one, out of its bounds."""
     dqn, adapter = load(script), ADAPTERS[script]
     args = dqn.Args(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
-                    log_frequency=600, vectorization=vectorization, buffer="host")
-    buffer = adapter.buffer(dqn, args.buffer_size, 4, host=True)
+                    log_frequency=600, vectorization=vectorization, buffer="host", exploration_fraction=100.0)
+    buffer = adapter.buffer(dqn, args.buffer_size, 4, host=True)  # epsilon near 1 throughout: short episodes
     _, stats, _ = next(adapter.stepper(dqn, args, 1, vectorization, buffer))
     # CartPole ends an episode past 2.4 or 12 degrees (within float32's rounding of the float64 state)
     outside = lambda o: (np.abs(o[:, 0]) > 2.4 - 1e-6) | (np.abs(o[:, 2]) > 12 * 2 * np.pi / 360 - 1e-6)
