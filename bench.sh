@@ -69,11 +69,13 @@ Presets (default: sweep)
              cnn, 300 iterations (2.5M env steps); --repeats 3
     dqn      DQN (docs/offpolicy.md): CartPole-v1 x every DQN script, the torch ones and the CPU-env
              twins with their buffer on the device and on the host (-host, CleanRL's NumPy buffer),
-             the torch ones also on the env in torch (-torchenv), x an update every 1, 4 and 10 env steps (subfolders tf1, tf4, tf10), small, 25,000 env
+             the torch ones also on the env in torch (-torchenv), x an update every 1, 4 and 10 env steps
+             (subfolders tf1, tf4, tf10) and 10 envs with an update per vector step (envs10), small, 25,000 env
              steps of which 10,000 before learning starts: time per 1,000 env steps with and
              without updates
     dqn-learning  the learning runs behind DQN's table: CartPole-v1 x every DQN script at CleanRL's
-             defaults (500,000 env steps), small; --repeats 3
+             defaults (500,000 env steps), small, and Breakout-MinAtar x {dqn_linen, dqn_torch} x cnn
+             at CleanRL's Atari settings for 500,000 env steps (in subfolder breakout); --repeats 3
     gpu      on a GPU: CartPole-v1 and Breakout-MinAtar x the frameworks as meant to run x 3 model
              sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
              Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
@@ -198,6 +200,9 @@ DQN_LEARNING=(dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch_compile dqn_torc
               dqn_linen_gymnasium)
 TRAIN_FREQUENCIES=(1 4 10)   # dqn: the update-to-data ratio, one update every k env steps
 DQN_STEPS=25000              # dqn: 10,000 steps of filling the buffer, then 15 iterations that train
+DQN_ENVS=10                  # dqn: envs stepped at once (PureJaxRL's DQN), an update per vector step
+DQN_PIXELS=(dqn_linen dqn_torch)  # dqn-learning on Breakout-MinAtar's CNN, at CleanRL's Atari settings
+DQN_PIXELS_ARGS="--total-timesteps,500000,--learning-rate,1e-4,--buffer-size,100000,--batch-size,32,--train-frequency,4,--target-network-frequency,1000,--learning-starts,20000,--end-e,0.01,--exploration-fraction,0.1"
 MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
 PYTHON=${PYTHON:-python}
 
@@ -470,8 +475,12 @@ for r in $(seq 1 "$repeats"); do
       dqn)
         for k in "${TRAIN_FREQUENCIES[@]}"; do
           add dqn "$r" async "tf$k" "--total-timesteps,$DQN_STEPS,--train-frequency,$k" CartPole-v1 -- "${DQN[@]}" -- small
-        done ;;
-      dqn-learning) add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" -- small ;;
+        done  # and PureJaxRL's way: many envs per step, an update per vector step
+        add dqn "$r" async "envs$DQN_ENVS" "--total-timesteps,$DQN_STEPS,--num-envs,$DQN_ENVS,--train-frequency,$DQN_ENVS" \
+          CartPole-v1 -- "${DQN[@]}" -- small ;;
+      dqn-learning)
+        add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" -- small
+        add dqn-learning "$r" async breakout "$DQN_PIXELS_ARGS" Breakout-MinAtar -- "${DQN_PIXELS[@]}" -- cnn ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do

@@ -112,15 +112,15 @@ REGIMES = [
            "cpucompile, pixels", ("Breakout-v5", "Pong-v5"), ("cnn",), ENVPOOL),
     Regime("DQN, JAX env", "DQN (CleanRL's dqn.py) on CartPole-v1 in Gymnax, an update every 10 env steps, each "
            "framework's replay buffer where it was fastest (device or host)", "dqn", ("CartPole-v1",), variants=DQN,
-           also=lambda r: dqn.train_frequency(r) == 10, value=dqn.steady, learning="dqn-learning"),
+           also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning"),
     Regime("DQN, an update every env step", "the same, --train-frequency 1: the update's cost dominates", "dqn",
-           ("CartPole-v1",), variants=DQN, also=lambda r: dqn.train_frequency(r) == 1, value=dqn.steady),
+           ("CartPole-v1",), variants=DQN, also=lambda r: dqn.at(r, 1), value=dqn.steady),
     Regime("DQN, each framework's own env", "the same DQN, JAX stepping Gymnax, PyTorch the same CartPole-v1 written "
-           "in torch", "dqn", ("CartPole-v1",), variants=DQN_OWN, also=lambda r: dqn.train_frequency(r) == 10,
+           "in torch", "dqn", ("CartPole-v1",), variants=DQN_OWN, also=lambda r: dqn.at(r, 10),
            value=dqn.steady),
     Regime("DQN, CPU env", "the same DQN on CartPole-v1's Gymnasium twin, a Python loop of env steps (CleanRL's dqn.py "
            "and dqn_jax.py setups), an update every 10 env steps", "dqn", ("CartPole-v1",), variants=DQN_CPU,
-           also=lambda r: dqn.train_frequency(r) == 10, value=dqn.steady, learning="dqn-learning"),
+           also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning"),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
            also=lambda r: precision(r) == "float32"),
 ]

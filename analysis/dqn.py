@@ -1,24 +1,36 @@
 """DQN (issue 52, docs/offpolicy.md): each DQN script's time per 1,000 env steps against Linen's, with its
 replay buffer on the device or on the host, at each update-to-data ratio (bench.sh dqn); and learning at
-CleanRL's defaults on CartPole-v1 (bench.sh dqn-learning). An iteration is --log-frequency env steps: the
+CleanRL's defaults on CartPole-v1 and from Breakout-MinAtar's images (bench.sh dqn-learning). An iteration is --log-frequency env steps: the
 steady state is the iterations that train throughout (every step past --learning-starts), "filling" the ones
 before, that only act and store."""
+
+import math
 
 import numpy as np
 
 from .output import NAMES, fmt, variant_order
 from .stats import MIN_STEADY, below, median_range, not_below, pair_ratios, ratio_row, sessions_note, startup
-from .target import time_to
+from .target import first_return, target_of, time_to
 
 PER = 1_000  # env steps: the unit a time is given in
 SOLVED = 475  # CartPole-v1's return the issue asks of every script (CleanRL reports about 488 at 500k steps)
 LINEN = "dqn_linen"
 ON_GYMNAX = ("dqn_torch", "dqn_torch-host", "dqn_torch_compile", "dqn_torch_compile-host")  # PyTorch through DLPack
 RATIOS = (1, 4, 10)  # bench.sh dqn's train frequencies
+LEARNED = 5  # Breakout-MinAtar: a run learned if it ended at this many times its first return (at least 1)
 
 
 def train_frequency(run) -> int:
     return run.info["args"]["train_frequency"]
+
+
+def num_envs(run) -> int:
+    return run.info["args"].get("num_envs", 1)
+
+
+def at(run, k: int, envs: int = 1) -> bool:
+    """Whether a run updated every k env steps (counted over all envs) with this many envs."""
+    return train_frequency(run) == k and num_envs(run) == envs
 
 
 def phases(run):
@@ -67,8 +79,8 @@ def dqn_section(runs, out):
                 "(CleanRL's CartPole length): start-up and the measured iterations up to the steady state, then the "
                 "steady rate.", sessions_note(runs))
     rows = []
-    for k in sorted({train_frequency(r) for r in runs}):
-        sel = [r for r in runs if train_frequency(r) == k]
+    for n, k in sorted({(num_envs(r), train_frequency(r)) for r in runs}):
+        sel = [r for r in runs if at(r, k, n)]
         whole = lambda r: run_length(r, 500_000)
         over = {part: {v: pair_ratios(sel, v, LINEN, value).get(("CartPole-v1", "small")) for v in
                        {r.variant for r in sel}} for part, value in (("steady", steady), ("filling", filling),
@@ -76,12 +88,12 @@ def dqn_section(runs, out):
         for v in variant_order({r.variant for r in sel}):
             mine = [x for r in sel if r.variant == v and (x := steady(r)) is not None]
             cell = lambda ratios: "1" if v == LINEN else median_range(ratios, ratio=True) if ratios is not None else "–"
-            rows.append([k, NAMES.get(v, v), "host" if v.endswith("-host") else "device",
+            rows.append([n, k, NAMES.get(v, v), "host" if v.endswith("-host") else "device",
                          median_range(mine) if mine else "too short", cell(over["steady"][v]),
                          cell(over["filling"][v]), cell(over["whole"][v])])
     out.table("DQN on CartPole-v1: seconds per 1,000 env steps while training, and each script's time over Linen's "
               "(time of A / time of B, median (range, n repeats), pairs from one repeat of one session)",
-              ["update every k env steps", "script", "buffer", "steady s / 1,000 steps", "over Linen, steady",
+              ["envs", "update every k env steps", "script", "buffer", "steady s / 1,000 steps", "over Linen, steady",
                "over Linen, filling the buffer", "over Linen, a 500k-step run"], rows, block="dqn")
     dqn_claims(runs, out)
     return rows
@@ -89,7 +101,7 @@ def dqn_section(runs, out):
 
 def ratio_rows(runs, a: str, b: str, ks) -> dict:
     """{k: the steady ratio row of a over b at train frequency k}, over the repeats that ran both."""
-    found = {k: pair_ratios([r for r in runs if train_frequency(r) == k], a, b, steady).get(("CartPole-v1", "small"))
+    found = {k: pair_ratios([r for r in runs if at(r, k)], a, b, steady).get(("CartPole-v1", "small"))
              for k in ks}
     return {k: ratio_row([x]) for k, x in found.items() if x is not None}
 
@@ -131,24 +143,57 @@ def dqn_claims(runs, out):
 
 
 def dqn_learning_section(runs, out):
-    out.heading("DQN learning at CleanRL's defaults",
-                f"CartPole-v1, CleanRL's dqn.py settings (500,000 env steps, an update every 10), one run per seed "
-                f"(bench.sh dqn-learning). Final: the mean return of the episodes that ended in the last 10,000 env "
-                f"steps (exploring at epsilon 0.05, as CleanRL's logged returns); solved: {SOLVED} or more.",
-                sessions_note(runs))
-    rows = []
+    cartpole = [r for r in runs if r.env_id == "CartPole-v1"]
+    if cartpole:
+        out.heading("DQN learning at CleanRL's defaults",
+                    f"CartPole-v1, CleanRL's dqn.py settings (500,000 env steps, an update every 10), one run per seed "
+                    f"(bench.sh dqn-learning). Final: the mean return of the episodes that ended in the last 10,000 env "
+                    f"steps (exploring at epsilon 0.05, as CleanRL's logged returns); solved: {SOLVED} or more.",
+                    sessions_note(cartpole))
+        learning_table(out, cartpole, SOLVED, "dqn-learning", f"DQN on CartPole-v1 at CleanRL's defaults: ")
+        reached = sum(time_to(r, SOLVED) is not None for r in cartpole)
+        out.claim(f"dqn-every-run-reached-{SOLVED}", reached == len(cartpole), (),
+                  f"{reached} of {len(cartpole)} runs had 1,000 steps whose episodes averaged {SOLVED} or more")
+    if pixels := [r for r in runs if r.env_id == "Breakout-MinAtar"]:
+        target = target_of(pixels) or math.inf  # none: no run ended above where the runs start
+        out.heading("DQN learning from images",
+                    "Breakout-MinAtar with the CNN at CleanRL's Atari-DQN settings (learning rate 1e-4, batch 32, an "
+                    "update every 4 env steps, a target copy every 1,000, epsilon to 0.01 over the first tenth) for "
+                    "500,000 env steps, a replay buffer of 100,000 and learning from step 20,000, one run per seed "
+                    f"(bench.sh dqn-learning, folder breakout). First: the mean return of the first 1,000 steps' "
+                    f"episodes (epsilon near 1); target: {fmt(target, 4)}, 90% of the way from the runs' first "
+                    f"return to the best script's median final one, as the PPO targets are set. No times: the session "
+                    f"shared its machine with other work, which its returns do not depend on.", sessions_note(pixels))
+        learning_table(out, pixels, target, "dqn-learning-pixels", "DQN on Breakout-MinAtar with the CNN: ", untimed=True)
+        learned = [r for r in pixels if (f := r.summary.get("charts/episodic_return_final")) is not None
+                   and (s := first_return(r)) is not None and f >= LEARNED * max(s, 1)]
+        out.claim("dqn-cnn-learns-breakout", len(learned) == len(pixels), (),
+                  f"{len(learned)} of {len(pixels)} runs ended at {LEARNED} times their first return or more")
+
+
+def learning_table(out, runs, target, block, title, untimed=False):
+    """One row per script: its seeds' final returns and how many ended at the target, then the whole run's
+    seconds and the seconds to the target; untimed, the seeds' first returns and how many reached the target
+    on the way instead of the seconds (a session that shared its machine: its returns hold, its times do not)."""
+    rows, t = [], fmt(target, 4)
     for v in variant_order({r.variant for r in runs}):
         mine = sorted((r for r in runs if r.variant == v), key=lambda r: r.seed)
         finals = [r.summary.get("charts/episodic_return_final") for r in mine]
-        reached = [t for r in mine if (t := time_to(r, SOLVED)) is not None]
-        rows.append([NAMES.get(v, v), ", ".join(fmt(x, 4) for x in finals), f"{sum(x is not None and x >= SOLVED for x in finals)} of {len(mine)}",
-                     median_range([r.summary["time/total"] for r in mine]),
-                     f"{median_range(reached)} ({len(reached)} of {len(mine)} reached it)" if reached else f"none of {len(mine)}"])
-    out.table(f"DQN on CartPole-v1 at CleanRL's defaults: the final return of each seed, how many reached {SOLVED}, "
-              f"the whole run's seconds, and the seconds from the start to the first 1,000 steps whose episodes "
-              f"averaged {SOLVED}", ["script", "final return, seeds 1, 2, 3", f"final >= {SOLVED}", "whole run (s)",
-                                     f"seconds to {SOLVED}"], rows, block="dqn-learning")
-    reached = sum(time_to(r, SOLVED) is not None for r in runs)
-    out.claim(f"dqn-every-run-reached-{SOLVED}", reached == len(runs), (),
-              f"{reached} of {len(runs)} runs had 1,000 steps whose episodes averaged {SOLVED} or more")
-    return rows
+        reached = [secs for r in mine if (secs := time_to(r, target)) is not None]
+        ended = f"{sum(x is not None and x >= target for x in finals)} of {len(mine)}"
+        if untimed:
+            rows.append([NAMES.get(v, v), ", ".join(fmt(first_return(r), 3) for r in mine),
+                         ", ".join(fmt(x, 4) for x in finals), ended, f"{len(reached)} of {len(mine)}"])
+        else:
+            rows.append([NAMES.get(v, v), ", ".join(fmt(x, 4) for x in finals), ended,
+                         median_range([r.summary["time/total"] for r in mine]),
+                         f"{median_range(reached)} ({len(reached)} of {len(mine)} reached it)" if reached else f"none of {len(mine)}"])
+    if untimed:
+        out.table(title + f"each seed's first and final return, how many ended at {t} or more, and how many had "
+                  f"1,000 steps whose episodes averaged {t} on the way", ["script", "first return, seeds 1, 2, 3",
+                  "final return, seeds 1, 2, 3", f"final >= {t}", f"reached {t}"], rows, block=block)
+    else:
+        out.table(title + f"the final return of each seed, how many ended at {t} or more, the whole run's seconds, "
+                  f"and the seconds from the start to the first 1,000 steps whose episodes averaged {t}",
+                  ["script", "final return, seeds 1, 2, 3", f"final >= {t}", "whole run (s)", f"seconds to {t}"], rows,
+                  block=block)

@@ -342,20 +342,33 @@ def test_dqn_by_hand(tmp_path):
                                     ("dqn_torch_compile-host", 2.0 if k == 1 else 3.0)):
                 fake_run(runs_dir / "dqn" / f"r{seed}" / f"tf{k}", variant, "CartPole-v1", "small", seed, 10.0,
                          iterations(factor * (2 if k == 1 else 1)), train_frequency=k, **dqn_args)
+        for variant, factor in (("dqn_linen", 1.0), ("dqn_torch", 1.25)):  # 10 envs, an update per vector step
+            fake_run(runs_dir / "dqn" / f"r{seed}" / "envs10", variant, "CartPole-v1", "small", seed, 10.0,
+                     iterations(factor * 0.5), train_frequency=10, num_envs=10, **dqn_args)
         for variant, seconds in (("dqn_linen", 1.0), ("dqn_nnx", 1.5), ("dqn_torch", 2.0)):  # returns climb for 500 iterations
             fake_run(runs_dir / "dqn-learning" / f"r{seed}", variant, "CartPole-v1", "small", seed, 100.0,
                      [seconds] * 500, final_return=400.0 if seed == 3 and variant == "dqn_nnx" else 500.0,
                      steps_per_iteration=1000, log_frequency=1000, learning_starts=10_000, total_timesteps=500_000,
                      train_frequency=10)
+        for variant in ("dqn_linen", "dqn_torch"):  # from images: torch's seed 3 ends at 4, 10 times its first
+            fake_run(runs_dir / "dqn-learning" / f"r{seed}" / "breakout", variant, "Breakout-MinAtar", "cnn", seed, 50.0,
+                     [1.0] * 50, final_return=4.0 if seed == 3 and variant == "dqn_torch" else 20.0,
+                     steps_per_iteration=1000, log_frequency=1000, learning_starts=20_000, total_timesteps=50_000)
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
-    assert "| 10 | Flax Linen | device | 0.2 (0.2–0.2, 3 repeats) | 1 | 1 | 1 |" in report
-    assert ("| 10 | PyTorch, eager, buffer on the host | host | 0.6 (0.6–0.6, 3 repeats) | 3.00x (3.00–3.00, "
+    # Breakout's target: 90% of the way from the first returns' median, 0.4, to the best median final, 20: 18.04,
+    # torch's seed 3 (4 from 0.08) learned, but not five times over its floor of 1
+    assert "| Flax Linen | 0.400, 0.400, 0.400 | 20.00, 20.00, 20.00 | 3 of 3 | 3 of 3 |" in report
+    assert "| PyTorch, eager | 0.400, 0.400, 0.0800 | 20.00, 20.00, 4.000 | 2 of 3 | 2 of 3 |" in report
+    assert "5 of 6 runs ended at 5 times their first return or more" in report
+    assert "| 1 | 10 | Flax Linen | device | 0.2 (0.2–0.2, 3 repeats) | 1 | 1 | 1 |" in report
+    assert "| 10 | 10 | PyTorch, eager | device | 0.125 (0.125–0.125, 3 repeats) | 1.25x (1.25–1.25, 3 repeats) |" in report
+    assert ("| 1 | 10 | PyTorch, eager, buffer on the host | host | 0.6 (0.6–0.6, 3 repeats) | 3.00x (3.00–3.00, "
             "3 repeats) | 1.00x (1.00–1.00, 3 repeats) |") in report
-    assert "| 1 | PyTorch, eager | device | 0.8 (0.8–0.8, 3 repeats) | 2.00x (2.00–2.00, 3 repeats) |" in report
+    assert "| 1 | 1 | PyTorch, eager | device | 0.8 (0.8–0.8, 3 repeats) | 2.00x (2.00–2.00, 3 repeats) |" in report
     loaded, _ = runs.find_runs([str(runs_dir)])
-    one = next(r for r in loaded if r.variant == "dqn_torch" and r.experiment == "dqn")
+    one = next(r for r in loaded if r.variant == "dqn_torch" and r.experiment == "dqn" and dqn.num_envs(r) == 1)
     # start-up, the 11 iterations up to the first update's (3 + 0.9 + 9), then 489 steady ones
     steady = 0.4 if dqn.train_frequency(one) == 10 else 0.8
     assert dqn.run_length(one, 500_000) == pytest.approx(STARTUP + 12.9 + 489 * steady)
@@ -363,6 +376,7 @@ def test_dqn_by_hand(tmp_path):
     rows = {row["regime"].name: row for row in decision.decision_rows(by_experiment)}
     assert rows["DQN, JAX env"]["winner"] == "dqn_linen" and rows["DQN, JAX env"]["loser"] == "dqn_torch"
     assert rows["DQN, JAX env"]["row"]["geomean"] == pytest.approx(2.0)
+    assert rows["DQN, JAX env"]["runs"] == 6  # one env's runs: those with 10 envs are not this row's
     assert rows["DQN, an update every env step"]["row"]["geomean"] == pytest.approx(1.5)  # compiled PyTorch's
     assert rows["DQN, an update every env step"]["target"] is None  # no learning runs at that ratio
     # its own target, not PPO's: 90% of the way from the first return, 1, to the best median final, 500: 450.1,
@@ -378,7 +392,8 @@ def test_dqn_by_hand(tmp_path):
                          ("dqn-compiled-faster-than-eager-every-step", "yes"),
                          ("dqn-compiled-not-faster-than-eager-every-10", "yes"),
                          ("dqn-nnx-equinox-within-15-percent-of-linen", "no"),  # NNX 1.5x, Equinox not run
-                         ("dqn-cpu-env-torch-faster-than-linen-every-10", "no")):  # not run
+                         ("dqn-cpu-env-torch-faster-than-linen-every-10", "no"),  # not run
+                         ("dqn-cnn-learns-breakout", "no"), ("dqn-every-run-reached-475", "no")):
         assert report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
 
 

@@ -181,19 +181,28 @@ def test_gpu_preset():
 
 def test_dqn_presets():
     """dqn: every DQN script, the torch ones and the CPU-env twins with each buffer, the torch ones on the env in
-    torch, at each train frequency in its own folder, for the preset's steps and no PPO flag; dqn-learning: every script at CleanRL's defaults."""
+    torch, at each train frequency in its own folder and with 10 envs, for the preset's steps and no PPO flag;
+    dqn-learning: every script at CleanRL's defaults, and Linen and eager torch learning from Breakout's images."""
     lines = planned("dqn")
-    assert len(lines) == 13 * 3 and len(set(lines)) == len(lines)
+    assert len(lines) == 13 * 4 and len(set(lines)) == len(lines)
     for k in (1, 4, 10):
         mine = [line for line in lines if f"/tf{k} " in line]
         assert len(mine) == 13 and all(line.endswith(f"--total-timesteps 25000 --train-frequency {k}") for line in mine)
-    assert sum("--buffer host" in line for line in lines) == 4 * 3
-    assert sum("--torch-env" in line for line in lines) == 2 * 3
+    many = [line for line in lines if "/envs10 " in line]
+    assert len(many) == 13 and all(line.endswith("--total-timesteps 25000 --num-envs 10 --train-frequency 10")
+                                   for line in many)
+    assert sum("--buffer host" in line for line in lines) == 4 * 4
+    assert sum("--torch-env" in line for line in lines) == 2 * 4
     assert not any("--sync-timing" in line or "--num-iterations" in line for line in planned("dqn", "--iterations", "30"))
     learning = planned("dqn-learning", "--repeats", "3")
-    assert len(learning) == 7 * 3 and all(re.search(r"python dqn_\w+\.py --env-id CartPole-v1 --model small --seed \d "
-                                                    r"--log-dir runs/dqn-learning/r\d$", line) for line in learning)
-    assert len(planned("dqn", "--variants", "dqn_linen,dqn_torch-host")) == 2 * 3
+    cartpole = [line for line in learning if "CartPole-v1" in line]
+    assert len(cartpole) == 7 * 3 and all(re.search(r"python dqn_\w+\.py --env-id CartPole-v1 --model small --seed \d "
+                                                    r"--log-dir runs/dqn-learning/r\d$", line) for line in cartpole)
+    pixels = sorted(line.split(" --seed")[0].split("python ")[1] for line in learning if "CartPole-v1" not in line)
+    assert pixels == [f"dqn_{fw}.py --env-id Breakout-MinAtar --model cnn" for fw in ("linen", "torch") for _ in range(3)]
+    assert all("runs/dqn-learning/r" in line and "/breakout --total-timesteps 500000 --learning-rate 1e-4" in line
+               for line in learning if "Breakout" in line)
+    assert len(planned("dqn", "--variants", "dqn_linen,dqn_torch-host")) == 2 * 4
 
 
 def test_calibration_writes_what_the_analysis_reads(tmp_path):
