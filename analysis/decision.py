@@ -115,6 +115,8 @@ REGIMES = [
            also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning"),
     Regime("DQN, an update every env step", "the same, --train-frequency 1: the update's cost dominates", "dqn",
            ("CartPole-v1",), variants=DQN, also=lambda r: dqn.at(r, 1), value=dqn.steady),
+    Regime("DQN, many envs", "the same, PureJaxRL's shape: 10 envs stepped at once, an update per vector step", "dqn",
+           ("CartPole-v1",), variants=DQN, also=lambda r: dqn.at(r, dqn.MANY, dqn.MANY), value=dqn.steady),
     Regime("DQN, each framework's own env", "the same DQN, JAX stepping Gymnax, PyTorch the same CartPole-v1 written "
            "in torch", "dqn", ("CartPole-v1",), variants=DQN_OWN, also=lambda r: dqn.at(r, 10),
            value=dqn.steady),

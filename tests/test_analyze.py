@@ -377,6 +377,7 @@ def test_dqn_by_hand(tmp_path):
     assert rows["DQN, JAX env"]["winner"] == "dqn_linen" and rows["DQN, JAX env"]["loser"] == "dqn_torch"
     assert rows["DQN, JAX env"]["row"]["geomean"] == pytest.approx(2.0)
     assert rows["DQN, JAX env"]["runs"] == 6  # one env's runs: those with 10 envs are not this row's
+    assert rows["DQN, many envs"]["row"]["geomean"] == pytest.approx(1.25) and rows["DQN, many envs"]["runs"] == 6
     assert rows["DQN, an update every env step"]["row"]["geomean"] == pytest.approx(1.5)  # compiled PyTorch's
     assert rows["DQN, an update every env step"]["target"] is None  # no learning runs at that ratio
     # its own target, not PPO's: 90% of the way from the first return, 1, to the best median final, 500: 450.1,
@@ -388,10 +389,9 @@ def test_dqn_by_hand(tmp_path):
             f"({STARTUP + 475:.3g}–{STARTUP + 475:.3g}, 3 repeats) (3 of 3 reached it) |") in report
     assert "| Flax NNX | 500.0, 500.0, 400.0 | 2 of 3 |" in report
     for claim, holds in (("dqn-linen-faster-than-torch-on-gymnax", "yes"),
-                         ("dqn-gap-widens-as-updates-get-rarer", "no"),  # the same ratio at every frequency
                          ("dqn-compiled-faster-than-eager-every-step", "yes"),
                          ("dqn-compiled-not-faster-than-eager-every-10", "yes"),
-                         ("dqn-nnx-equinox-within-15-percent-of-linen", "no"),  # NNX 1.5x, Equinox not run
+                         ("dqn-nnx-equinox-within-20-percent-of-linen", "no"),  # NNX 1.5x, Equinox not run
                          ("dqn-cpu-env-torch-faster-than-linen-every-10", "no"),  # not run
                          ("dqn-cnn-learns-breakout", "no"), ("dqn-every-run-reached-475", "no")):
         assert report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
@@ -939,8 +939,9 @@ def test_each_regime_holds_its_envs_and_no_other():
     mujoco = {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"}
     for regime in decision.REGIMES:
         variants = regime.variants or ("linen", "torch", "linen_agents", "torch_agents")
-        kept = {env for env in every_env for v in variants for m in regime.models for k in (1, 10)  # DQN's ratios
-                if regime.keep(SimpleNamespace(env_id=env, variant=v, model=m, info={"args": {"train_frequency": k}}))}
+        kept = {env for env in every_env for v in variants for m in regime.models for k in (1, 10) for n in (1, 10)
+                if regime.keep(SimpleNamespace(env_id=env, variant=v, model=m,  # DQN's ratios and env counts
+                                               info={"args": {"train_frequency": k, "num_envs": n}}))}
         assert kept == set(regime.envs), regime.name
         kind = ("mujoco" if "MuJoCo" in regime.name else "atari" if "Atari" in regime.name else
                 "twins" if "own env" in regime.name else "jax" if "JAX env" in regime.name else None)
