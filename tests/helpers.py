@@ -17,6 +17,7 @@ GYMNASIUM_SCRIPTS = [s for s in SCRIPTS if s.endswith("_gymnasium.py")]  # their
 GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]  # JAX envs: Gymnax and Craftax
 AGENT_SCRIPTS = [s for s in SCRIPTS if s.endswith("_agents.py")]  # N agents per process: tests/test_agents.py
 DQN_SCRIPTS = sorted(p.name for p in ROOT.glob("dqn_*.py"))  # off-policy: tests/test_dqn.py
+TD3_SCRIPTS = sorted(p.name for p in ROOT.glob("td3_*.py"))  # off-policy, continuous: tests/test_td3.py
 ONE_AGENT_SCRIPTS = [s for s in SCRIPTS if s not in AGENT_SCRIPTS]  # what the framework adapters load
 CONTINUOUS_SCRIPTS = ONE_AGENT_SCRIPTS  # the Gaussian head: every script (the agent scripts: tests/test_agents.py)
 

@@ -373,3 +373,79 @@ def dqn_schedule(global_step, total_timesteps, start_e, end_e, exploration_fract
     learning = global_step > learning_starts
     return max(slope * global_step + start_e, end_e), learning and covers(train_frequency), learning and covers(
         target_network_frequency)
+
+
+# ---- TD3 (td3_*.py): CleanRL's td3_continuous_action.py, step by step. Weights are a dict of networks (actor,
+# actor_target, qf1, qf2, qf1_target, qf2_target), each [(kernel (in, out), bias), ...] with ReLU between layers;
+# the actor's output goes through tanh into the bounds, a critic takes the observation and the action side by side.
+TD3_NETS = ("actor", "actor_target", "qf1", "qf2", "qf1_target", "qf2_target")
+
+
+def relu_backward(layers, inputs, d_out):
+    """Gradients of every (kernel, bias) of a ReLU MLP from the gradient at its output, and the input's gradient."""
+    grads = []
+    for i in reversed(range(len(layers))):
+        grads.append((inputs[i].T @ d_out, d_out.sum(0)))
+        d_out = d_out @ layers[i][0].T * ((inputs[i] > 0) if i else 1)  # through ReLU, but not into the input
+    return grads[::-1], d_out
+
+
+def td3_actor(layers, obs, bounds):
+    """The action, and what its backward pass needs: tanh's output and the MLP's layer inputs."""
+    low, high = (np.asarray(b, np.float64) for b in bounds)
+    out, inputs = q_forward(as64_layers(layers), obs)
+    squashed = np.tanh(out)
+    return squashed * (high - low) / 2 + (high + low) / 2, squashed, inputs
+
+
+def td3_critic(layers, obs, action):
+    q, inputs = q_forward(as64_layers(layers), np.concatenate([obs, action], -1))
+    return q[:, 0], inputs
+
+
+def td3_critic_loss_and_grads(w, batch, noise, bounds, gamma, policy_noise, noise_clip):
+    """Both critics' squared errors against one target, the first critic's mean, and each critic's gradients:
+    the target is the smaller target critic at the target actor's action plus noise (standard normal, scaled,
+    clipped, then in action scales), the action clipped to the bounds, no bootstrap after a termination."""
+    obs, next_obs, action, reward, terminated, noise = (np.asarray(x, np.float64) for x in (*batch, noise))
+    low, high = (np.asarray(b, np.float64) for b in bounds)
+    smoothing = np.clip(noise * policy_noise, -noise_clip, noise_clip) * (high - low) / 2
+    next_action = np.clip(td3_actor(w["actor_target"], next_obs, bounds)[0] + smoothing, low, high)
+    next_q = np.minimum(td3_critic(w["qf1_target"], next_obs, next_action)[0],
+                        td3_critic(w["qf2_target"], next_obs, next_action)[0])
+    target = reward + (1 - terminated) * gamma * next_q
+    loss, grads, means = 0.0, {}, {}
+    for name in ("qf1", "qf2"):
+        q, inputs = td3_critic(w[name], obs, action)
+        loss += ((q - target) ** 2).mean()
+        grads[name] = relu_backward(as64_layers(w[name]), inputs, (2 * (q - target) / len(q))[:, None])[0]
+        means[name] = q.mean()
+    return loss, means["qf1"], grads
+
+
+def td3_actor_loss_and_grads(w, obs, bounds):
+    """Minus the first critic's mean value of the actor's action, and the actor's gradients through it."""
+    obs = np.asarray(obs, np.float64)
+    low, high = (np.asarray(b, np.float64) for b in bounds)
+    action, squashed, actor_inputs = td3_actor(w["actor"], obs, bounds)
+    q, critic_inputs = td3_critic(w["qf1"], obs, action)
+    _, d_input = relu_backward(as64_layers(w["qf1"]), critic_inputs, -np.ones((len(q), 1)) / len(q))
+    d_out = d_input[:, obs.shape[1]:] * (high - low) / 2 * (1 - squashed ** 2)  # through the scale and tanh
+    return -q.mean(), relu_backward(as64_layers(w["actor"]), actor_inputs, d_out)[0]
+
+
+def adam_layers(layers, grads, moments, count, learning_rate, betas=(0.9, 0.999), eps=1e-8):
+    """One Adam step (bias-corrected, constant rate) on a network's layers; moments: [(m, v)] per array, updated."""
+    out, arrays = [], [a for layer in as64_layers(layers) for a in layer]
+    for i, (a, g) in enumerate(zip(arrays, (g for layer in grads for g in layer))):
+        m, v = moments[i] if i < len(moments) else (np.zeros_like(a), np.zeros_like(a))
+        m, v = betas[0] * m + (1 - betas[0]) * g, betas[1] * v + (1 - betas[1]) * g ** 2
+        moments[i:i + 1] = [(m, v)]
+        out.append(a - learning_rate * (m / (1 - betas[0] ** count)) / (np.sqrt(v / (1 - betas[1] ** count)) + eps))
+    return list(zip(out[::2], out[1::2]))
+
+
+def polyak(online, target, tau):
+    """Each target array moved tau of the way to the online one."""
+    return [(tau * k + (1 - tau) * tk, tau * b + (1 - tau) * tb)
+            for (k, b), (tk, tb) in zip(as64_layers(online), as64_layers(target))]

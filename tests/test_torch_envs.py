@@ -183,34 +183,40 @@ def test_torch_env_is_the_same_text_in_every_torch_script():
     assert block("ppo_torch.py") == block("ppo_torch_compile.py") == block("ppo_torch_agents.py")
 
 
-@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py"])
-def test_the_dqn_scripts_step_ppos_torch_envs(script):
-    """The DQN scripts' --torch-env: the discrete envs' formulas are ppo_torch.py's text, and their vector step
-    (no normalization) gives what ppo_torch.py's does over whole episodes from the same states and draws."""
+@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py", "td3_torch.py"])
+def test_the_offpolicy_scripts_step_ppos_torch_envs(script):
+    """The off-policy scripts' --torch-env (DQN's discrete envs, TD3's continuous ones): the formulas are
+    ppo_torch.py's text, and their vector step (no normalization) gives what ppo_torch.py's does over whole
+    episodes from the same states and draws."""
     import inspect
 
     import torch
 
-    ppo, dqn = load(SCRIPT), load(script)
-    for name in ("cartpole", "acrobot_dsdt", "wrap", "acrobot", "mountain_car", "cos_sin"):
-        assert inspect.getsource(getattr(dqn, name)) == inspect.getsource(getattr(ppo, name)), name
-    for env_id in dqn.TORCH_ENVS:
-        (p_env, params), (d_env, _) = ppo.make_torch_env(env_id, "cpu"), dqn.make_torch_env(env_id, "cpu")
+    ppo, mine = load(SCRIPT), load(script)
+    formulas = [name for name in ("cartpole", "acrobot_dsdt", "wrap", "acrobot", "mountain_car",
+                                  "mountain_car_continuous", "pendulum", "cos_sin") if hasattr(mine, name)]
+    assert len(formulas) >= 3
+    for name in formulas:
+        assert inspect.getsource(getattr(mine, name)) == inspect.getsource(getattr(ppo, name)), name
+    for env_id in mine.TORCH_ENVS:
+        (p_env, params), (m_env, _) = ppo.make_torch_env(env_id, "cpu"), mine.make_torch_env(env_id, "cpu")
         params = params.replace(max_steps_in_episode=50)  # truncations too
+        space = p_env.action_space(params)
         torch.manual_seed(0)
         _, p_state = ppo.torch_env_reset(p_env, 64)
         torch.manual_seed(0)
-        _, d_state = dqn.torch_env_reset(d_env, 64)
+        _, m_state = mine.torch_env_reset(m_env, 64)
         rng, ended = np.random.default_rng(0), 0
         for t in range(300):
-            action = torch.from_numpy(rng.integers(p_env.action_space(params).n, size=64).astype(np.int32))
+            action = torch.from_numpy(rng.integers(space.n, size=64).astype(np.int32) if hasattr(space, "n") else
+                                      rng.uniform(space.low, space.high, (64, 1)).astype(np.float32))
             torch.manual_seed(t)
             p_state, p_out = ppo.torch_env_step(p_state, action, p_env, params)
             torch.manual_seed(t)
-            d_state, d_out = dqn.torch_env_step(d_state, action, d_env, params)
-            for field in d_out._fields:
-                assert torch.equal(getattr(d_out, field), getattr(p_out, field)), (env_id, t, field)
-            ended += int((d_out.terminated | d_out.truncated).sum())
+            m_state, m_out = mine.torch_env_step(m_state, action, m_env, params)
+            for field in m_out._fields:
+                assert torch.equal(getattr(m_out, field), getattr(p_out, field)), (env_id, t, field)
+            ended += int((m_out.terminated | m_out.truncated).sum())
         assert ended > 64, env_id  # episodes ended and started again
 
 

@@ -1,0 +1,263 @@
+"""TD3 (td3_*.py, docs/offpolicy.md) against the NumPy reference (tests/reference.py): the critics' target
+(clipped double Q, target policy smoothing with clipped noise), their loss, gradients and Adam steps; the
+actor's step through the first critic and the Polyak steps of every target; the delayed actor at CleanRL's
+steps; the exploration; and the contract a run keeps."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference
+from helpers import TD3_SCRIPTS, load, read_json, run, run_ok, scalars
+
+TINY = ["--total-timesteps", "600", "--learning-starts", "200", "--log-frequency", "200", "--buffer-size", "1000",
+        "--batch-size", "32"]
+BOUNDS = ((-2.0,), (2.0,))  # Pendulum-v1's torque
+OBS_DIM, ACTION_DIM = 3, 1
+
+
+class Linen:
+    """What the tests need of td3_linen.py: its two functional train states, each with its target."""
+
+    @staticmethod
+    def make(td3, args, w):
+        actor_state, critic_state = td3.make_train_states(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        p = lambda layers: {"params": {f"Dense_{i}": {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
+                                       for i, (k, b) in enumerate(layers)}}
+        critics = (p(w["qf1"]), p(w["qf2"]))
+        return (actor_state.replace(params=p(w["actor"]), target_params=p(w["actor_target"]),
+                                    opt_state=actor_state.tx.init(p(w["actor"]))),
+                critic_state.replace(params=critics, target_params=(p(w["qf1_target"]), p(w["qf2_target"])),
+                                     opt_state=critic_state.tx.init(critics)))
+
+    @staticmethod
+    def critic_update(td3, states, batch, noise, args):
+        critic_state, loss, q1 = td3.critic_update(*states, tuple(map(jnp.asarray, batch)), jnp.asarray(noise),
+                                                   BOUNDS, args)
+        return (states[0], critic_state), loss, q1
+
+    @staticmethod
+    def actor_update(td3, states, obs, args):
+        actor_state, critic_state, loss = td3.actor_update(*states, jnp.asarray(obs), args.tau)
+        return (actor_state, critic_state), loss
+
+    @staticmethod
+    def weights(states):
+        layers = lambda p: [(np.asarray(p["params"][f"Dense_{i}"]["kernel"]), np.asarray(p["params"][f"Dense_{i}"]["bias"]))
+                            for i in range(len(p["params"]))]
+        (actor, critic) = states
+        return {"actor": layers(actor.params), "actor_target": layers(actor.target_params),
+                "qf1": layers(critic.params[0]), "qf2": layers(critic.params[1]),
+                "qf1_target": layers(critic.target_params[0]), "qf2_target": layers(critic.target_params[1])}
+
+    @staticmethod
+    def stepper(td3, args, seed):
+        """One iteration at a time: the states after it, its stats, and the two optimizers' step counts."""
+        env, env_params = td3.make_env("Pendulum-v1")
+        obs, env_state = td3.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        actor_state, critic_state = td3.make_train_states(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        runner = td3.Runner(jax.random.key(seed + 1), env_state, obs,
+                            td3.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM), jnp.int32(0))
+        step = jax.jit(lambda a, c, r: td3.iteration(a, c, r, env, env_params, args))
+        while True:
+            actor_state, critic_state, runner, stats = step(actor_state, critic_state, runner)
+            yield (actor_state, critic_state), stats, (int(critic_state.opt_state[0].count),
+                                                        int(actor_state.opt_state[0].count))
+
+    @staticmethod
+    def act(td3, states, obs, uniform, noise_scale):
+        return np.asarray(td3.act(states[0], jnp.asarray(obs), jax.random.key(0), uniform, noise_scale, BOUNDS))
+
+
+class Torch:
+    """What the tests need of td3_torch.py: its modules and optimizers, changed in place."""
+
+    @staticmethod
+    def linears(net):
+        import torch
+
+        return [m for m in net.net if isinstance(m, torch.nn.Linear)]
+
+    @staticmethod
+    def make(td3, args, w):
+        import torch
+
+        nets = td3.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
+        with torch.no_grad():
+            for name in reference.TD3_NETS:
+                for linear, (k, b) in zip(Torch.linears(getattr(nets, name)), w[name]):
+                    linear.weight.copy_(torch.from_numpy(k.T)), linear.bias.copy_(torch.from_numpy(b))
+        return nets
+
+    @staticmethod
+    def critic_update(td3, nets, batch, noise, args):
+        import torch
+
+        loss, q1 = td3.critic_update(nets, tuple(map(torch.as_tensor, batch)), torch.as_tensor(noise), args)
+        return nets, loss, q1
+
+    @staticmethod
+    def actor_update(td3, nets, obs, args):
+        import torch
+
+        return nets, td3.actor_update(nets, torch.as_tensor(obs), args.tau)
+
+    @staticmethod
+    def weights(nets):
+        return {name: [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy())
+                       for m in Torch.linears(getattr(nets, name))] for name in reference.TD3_NETS}
+
+    @staticmethod
+    def stepper(td3, args, seed):
+        import torch
+
+        torch.manual_seed(seed)
+        env, env_params = td3.make_env("Pendulum-v1")
+        obs, env_state = td3.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        nets = td3.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
+        buffer = td3.Buffer(args.buffer_size, OBS_DIM, ACTION_DIM, torch.device("cpu"), args.buffer == "host", seed)
+        jax_step = jax.jit(partial(td3.env_step, env=env, env_params=env_params, num_envs=args.num_envs))
+        runner = td3.Runner(env_state, torch.from_dlpack(obs), 0)
+        count = lambda optimizer, net: int(optimizer.state[next(net.parameters())]["step"]) if optimizer.state else 0
+        while True:
+            runner, stats = td3.iteration(nets, buffer, runner, lambda s, a: jax_step(s, td3.to_jax(a)), args)
+            yield nets, stats, (count(nets.q_optimizer, nets.qf1), count(nets.actor_optimizer, nets.actor))
+
+    @staticmethod
+    def act(td3, nets, obs, uniform, noise_scale):
+        import torch
+
+        torch.manual_seed(0)
+        return td3.act(nets.actor, torch.as_tensor(obs), uniform, noise_scale).numpy()
+
+
+ADAPTERS = {"td3_linen.py": Linen, "td3_torch.py": Torch}
+
+
+def random_weights(rng):
+    layers = lambda sizes: [(rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32),
+                             rng.normal(0, 0.1, o).astype(np.float32)) for i, o in zip(sizes, sizes[1:])]
+    actor, critic = (OBS_DIM, 256, 256, ACTION_DIM), (OBS_DIM + ACTION_DIM, 256, 256, 1)
+    return {name: layers(actor if name.startswith("actor") else critic) for name in reference.TD3_NETS}
+
+
+def random_batch(rng, n):
+    """Half the transitions terminated (their targets are the reward alone), actions across the bounds."""
+    return (rng.normal(size=(n, OBS_DIM)).astype(np.float32), rng.normal(size=(n, OBS_DIM)).astype(np.float32),
+            rng.uniform(-2, 2, (n, ACTION_DIM)).astype(np.float32), rng.normal(size=n).astype(np.float32),
+            rng.random(n) < 0.5)
+
+
+def assert_weights(got, expected, names):
+    """Within a fifteenth of an Adam step (the learning rate): float32 rounds a gradient near Adam's eps to a step
+    of another size now and then; a wrong update moves most weights a whole step."""
+    for name in names:
+        for (k, b), (k_ref, b_ref) in zip(got[name], expected[name]):
+            np.testing.assert_allclose(k, k_ref, rtol=1e-4, atol=2e-5, err_msg=name)
+            np.testing.assert_allclose(b, b_ref, rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("script", TD3_SCRIPTS)
+def test_critic_and_actor_updates_match_the_reference(script):
+    """Two critic steps on two batches, then the actor's step and the targets' Polyak steps: the losses, the first
+    critic's values and every weight after each, with every network apart from its target (a target from the
+    online network would show). The noise is wide (three standard deviations) so the clip bites, and the target
+    actor sits near the bounds so that the smoothed action is clipped to them."""
+    td3, adapter = load(script), ADAPTERS[script]
+    rng = np.random.default_rng(0)
+    args = td3.Args()
+    w = random_weights(rng)
+    w["actor_target"][-1] = (w["actor_target"][-1][0] * 4, w["actor_target"][-1][1])  # tanh near +-1
+    state = adapter.make(td3, args, w)
+    expected, moments = {k: list(v) for k, v in w.items()}, {"qf1": [], "qf2": []}
+    batches = [random_batch(rng, 64) for _ in range(2)]
+    for count, batch in enumerate(batches, 1):
+        noise = rng.normal(0, 3, (64, ACTION_DIM)).astype(np.float32)
+        loss, q1, grads = reference.td3_critic_loss_and_grads(expected, batch, noise, BOUNDS, args.gamma,
+                                                              args.policy_noise, args.noise_clip)
+        for name in ("qf1", "qf2"):
+            expected[name] = reference.adam_layers(expected[name], grads[name], moments[name], count, args.learning_rate)
+        state, got_loss, got_q1 = adapter.critic_update(td3, state, batch, noise, args)
+        assert float(got_loss) == pytest.approx(loss, rel=1e-5) and float(got_q1) == pytest.approx(q1, rel=1e-5)
+        assert_weights(adapter.weights(state), expected, reference.TD3_NETS)  # the targets unchanged
+    obs = batches[-1][0]
+    loss, grads = reference.td3_actor_loss_and_grads(expected, obs, BOUNDS)
+    expected["actor"] = reference.adam_layers(expected["actor"], grads, [], 1, args.learning_rate)
+    for name in ("actor", "qf1", "qf2"):
+        expected[f"{name}_target"] = reference.polyak(expected[name], expected[f"{name}_target"], args.tau)
+    state, got_loss = adapter.actor_update(td3, state, obs, args)
+    assert float(got_loss) == pytest.approx(loss, rel=1e-5, abs=1e-5)  # a mean of values near 1 each
+    assert_weights(adapter.weights(state), expected, reference.TD3_NETS)
+
+
+@pytest.mark.parametrize("script", TD3_SCRIPTS)
+def test_critics_every_step_and_the_actor_and_targets_every_policy_frequency(script):
+    """One env step per call: a critic step at every global step past learning-starts (CleanRL's), an actor step
+    and a Polyak step of every target exactly where that step is also a multiple of policy-frequency, and the
+    targets unchanged everywhere else."""
+    td3, adapter = load(script), ADAPTERS[script]
+    args = td3.Args(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
+                    policy_frequency=3)
+    stepper, before, targets = adapter.stepper(td3, args, 1), (0, 0), None
+    actor_steps = 0
+    for t in range(args.total_timesteps):
+        state, stats, counts = next(stepper)
+        learning = t > args.learning_starts
+        delayed = learning and t % args.policy_frequency == 0
+        assert (counts[0] - before[0], counts[1] - before[1]) == (int(learning), int(delayed)), t
+        assert (int(stats["updates"]), int(stats["actor_updates"])) == (int(learning), int(delayed)), t
+        now = {k: v for k, v in adapter.weights(state).items() if k.endswith("_target")}
+        if targets is not None:
+            moved = [not all(np.array_equal(a, b) for (a, _), (b, _) in zip(now[k], targets[k])) for k in now]
+            assert moved == [delayed] * 3, (t, moved)
+        before, targets, actor_steps = counts, now, actor_steps + delayed
+    assert actor_steps >= 5  # the check saw it happen
+
+
+@pytest.mark.parametrize("script", TD3_SCRIPTS)
+def test_exploration_is_uniform_then_the_actor_plus_scaled_noise(script):
+    """Before learning starts an action is uniform over the bounds; after, the actor's action (here 0: a zero
+    output layer) plus noise of exploration-noise action scales, clipped to the bounds."""
+    td3, adapter = load(script), ADAPTERS[script]
+    args = td3.Args()
+    w = random_weights(np.random.default_rng(0))
+    w["actor"][-1] = (np.zeros_like(w["actor"][-1][0]), np.zeros_like(w["actor"][-1][1]))
+    state, obs = adapter.make(td3, args, w), np.random.default_rng(1).normal(size=(20_000, OBS_DIM)).astype(np.float32)
+    uniform = adapter.act(td3, state, obs, True, args.exploration_noise)[:, 0]
+    assert uniform.min() >= -2 and uniform.max() <= 2
+    assert np.histogram(uniform, bins=4, range=(-2, 2))[0] / len(uniform) == pytest.approx([0.25] * 4, abs=0.015)
+    noisy = adapter.act(td3, state, obs, False, args.exploration_noise)[:, 0]
+    assert noisy.mean() == pytest.approx(0, abs=0.01) and noisy.std() == pytest.approx(0.1 * 2, rel=0.03)
+    wide = adapter.act(td3, state, obs, False, 2.0)[:, 0]  # noise of four: half the actions past the bounds
+    assert wide.min() == -2 and wide.max() == 2 and np.mean(np.abs(wide) == 2) > 0.4
+
+
+@pytest.mark.parametrize("script", TD3_SCRIPTS)
+def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
+    """A tiny run: run.json with what ran, the tags, summary.json; its saved model, loaded with no training,
+    evaluates to the same returns."""
+    trained = run_ok(script, *TINY, "--save-model", "--eval-episodes", "2", log_dir=tmp_path / "train")
+    info, summary, logged = read_json(trained / "run.json"), read_json(trained / "summary.json"), scalars(trained)
+    assert info["args"]["total_timesteps"] == 600 and info["variant"] == script.removesuffix(".py")
+    assert [step for step, _ in logged["time/iteration"]] == [200, 400, 600]
+    assert {"charts/SPS", "charts/episodic_return", "losses/qf_loss", "losses/qf1_values", "losses/actor_loss",
+            "memory/peak_rss_mb"} <= set(logged)
+    assert [step for step, _ in logged["losses/qf_loss"]] == [400, 600]  # none before learning starts
+    loaded = run_ok(script, "--total-timesteps", "0", *TINY[2:], "--load-model", str(trained), "--eval-episodes", "2",
+                    log_dir=tmp_path / "eval")
+    assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
+
+
+@pytest.mark.parametrize("script", TD3_SCRIPTS)
+@pytest.mark.parametrize("args, says", [
+    (["--env-id", "CartPole-v1"], "Box actions"),
+    (["--policy-frequency", "0"], "policy_frequency must be a positive integer, got 0"),
+    (["--batch-size", "2000", "--buffer-size", "1000"], "batch_size=2000 is larger than buffer_size=1000"),
+    (["--total-timesteps", "10000", "--learning-starts", "10000"], "it would never learn"),
+])
+def test_bad_input_is_refused_in_one_line(script, args, says, tmp_path):
+    proc = run(script, *args, log_dir=tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
