@@ -71,6 +71,109 @@ class Linen:
         return np.asarray(td3.act(states[0], jnp.asarray(obs), jax.random.key(0), uniform, noise_scale, BOUNDS))
 
 
+class Nnx:
+    """What the tests need of td3_nnx.py: its Model, the networks and optimizers changed in place."""
+
+    @staticmethod
+    def nets(model):
+        return {"actor": model.actor, "actor_target": model.actor_target, "qf1": model.critics.qf1,
+                "qf2": model.critics.qf2, "qf1_target": model.critics_target.qf1, "qf2_target": model.critics_target.qf2}
+
+    @staticmethod
+    def make(td3, args, w):
+        model = td3.Model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        for name, net in Nnx.nets(model).items():
+            for linear, (k, b) in zip(net.layers, w[name]):
+                linear.kernel[...], linear.bias[...] = jnp.asarray(k), jnp.asarray(b)
+        return model
+
+    @staticmethod
+    def critic_update(td3, model, batch, noise, args):
+        loss, q1 = td3.critic_update(model, tuple(map(jnp.asarray, batch)), jnp.asarray(noise), args)
+        return model, loss, q1
+
+    @staticmethod
+    def actor_update(td3, model, obs, args):
+        return model, td3.actor_update(model, jnp.asarray(obs), args.tau)
+
+    @staticmethod
+    def weights(model):
+        return {name: [(np.asarray(l.kernel[...]), np.asarray(l.bias[...])) for l in net.layers]
+                for name, net in Nnx.nets(model).items()}
+
+    @staticmethod
+    def stepper(td3, args, seed):
+        env, env_params = td3.make_env("Pendulum-v1")
+        obs, env_state = td3.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        model = td3.Model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        runner = td3.Runner(jax.random.key(seed + 1), env_state, obs,
+                            td3.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM), jnp.int32(0))
+        step = td3.nnx.jit(lambda m, r: td3.iteration(m, r, env, env_params, args))
+        while True:
+            runner, stats = step(model, runner)
+            yield model, stats, (int(model.q_optimizer.opt_state[0].count[...]),
+                                 int(model.actor_optimizer.opt_state[0].count[...]))
+
+    @staticmethod
+    def act(td3, model, obs, uniform, noise_scale):
+        return np.asarray(td3.act(model.actor, jnp.asarray(obs), jax.random.key(0), uniform, noise_scale))
+
+
+class Equinox:
+    """What the tests need of td3_equinox.py: its networks (pytrees), Adam and Adam's two states."""
+
+    @staticmethod
+    def nets(nets):
+        return {"actor": nets.actor, "actor_target": nets.actor_target, "qf1": nets.critics[0], "qf2": nets.critics[1],
+                "qf1_target": nets.critics_target[0], "qf2_target": nets.critics_target[1]}
+
+    @staticmethod
+    def make(td3, args, w):
+        nets, tx, _ = td3.make_model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        eqx, given = td3.eqx, {}
+        for name, net in Equinox.nets(nets).items():
+            given[name] = eqx.tree_at(lambda m: m.layers, net, [
+                eqx.tree_at(lambda l: (l.weight, l.bias), l, (jnp.asarray(k.T), jnp.asarray(b)))
+                for l, (k, b) in zip(net.layers, w[name])])
+        nets = td3.Networks(given["actor"], given["actor_target"], (given["qf1"], given["qf2"]),
+                            (given["qf1_target"], given["qf2_target"]))
+        return nets, tx, (tx.init(eqx.filter(nets.actor, eqx.is_array)), tx.init(eqx.filter(nets.critics, eqx.is_array)))
+
+    @staticmethod
+    def critic_update(td3, state, batch, noise, args):
+        nets, tx, (actor_opt, q_opt) = state
+        nets, q_opt, loss, q1 = td3.critic_update(nets, q_opt, tuple(map(jnp.asarray, batch)), jnp.asarray(noise), tx,
+                                                  args)
+        return (nets, tx, (actor_opt, q_opt)), loss, q1
+
+    @staticmethod
+    def actor_update(td3, state, obs, args):
+        nets, tx, (actor_opt, q_opt) = state
+        nets, actor_opt, loss = td3.actor_update(nets, actor_opt, jnp.asarray(obs), tx, args.tau)
+        return (nets, tx, (actor_opt, q_opt)), loss
+
+    @staticmethod
+    def weights(state):
+        return {name: [(np.asarray(l.weight).T, np.asarray(l.bias)) for l in net.layers]
+                for name, net in Equinox.nets(state[0]).items()}
+
+    @staticmethod
+    def stepper(td3, args, seed):
+        env, env_params = td3.make_env("Pendulum-v1")
+        obs, env_state = td3.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        nets, tx, opt_states = td3.make_model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        runner = td3.Runner(jax.random.key(seed + 1), env_state, obs,
+                            td3.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM), jnp.int32(0))
+        step = td3.eqx.filter_jit(lambda n, o, r: td3.iteration(n, o, r, tx, env, env_params, args))
+        while True:
+            nets, opt_states, runner, stats = step(nets, opt_states, runner)
+            yield (nets, tx, opt_states), stats, (int(opt_states[1][0].count), int(opt_states[0][0].count))
+
+    @staticmethod
+    def act(td3, state, obs, uniform, noise_scale):
+        return np.asarray(td3.act(state[0].actor, jnp.asarray(obs), jax.random.key(0), uniform, noise_scale))
+
+
 class Torch:
     """What the tests need of td3_torch.py: its modules and optimizers, changed in place."""
 
@@ -133,7 +236,7 @@ class Torch:
         return td3.act(nets.actor, torch.as_tensor(obs), uniform, noise_scale).numpy()
 
 
-ADAPTERS = {"td3_linen.py": Linen, "td3_torch.py": Torch}
+ADAPTERS = {"td3_linen.py": Linen, "td3_nnx.py": Nnx, "td3_equinox.py": Equinox, "td3_torch.py": Torch}
 
 
 def random_weights(rng):
