@@ -236,7 +236,32 @@ class Torch:
         return td3.act(nets.actor, torch.as_tensor(obs), uniform, noise_scale).numpy()
 
 
-ADAPTERS = {"td3_linen.py": Linen, "td3_nnx.py": Nnx, "td3_equinox.py": Equinox, "td3_torch.py": Torch}
+class TorchCompiled(Torch):
+    """td3_torch_compile.py: td3_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
+
+    @staticmethod
+    def make(td3, args, w):
+        TorchCompiled.compile(td3)
+        return Torch.make(td3, args, w)
+
+    @staticmethod
+    def stepper(td3, args, seed):
+        TorchCompiled.compile(td3)
+        return Torch.stepper(td3, args, seed)
+
+    @staticmethod
+    def act(td3, nets, obs, uniform, noise_scale):
+        TorchCompiled.compile(td3)
+        return Torch.act(td3, nets, obs, uniform, noise_scale)
+
+    @staticmethod
+    def compile(td3):
+        if not hasattr(td3.critic_update, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
+            td3.compile_hot_paths("default")
+
+
+ADAPTERS = {"td3_linen.py": Linen, "td3_nnx.py": Nnx, "td3_equinox.py": Equinox, "td3_torch.py": Torch,
+            "td3_torch_compile.py": TorchCompiled}
 
 
 def random_weights(rng):
