@@ -18,6 +18,7 @@ import time
 
 START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
+import copy
 import json
 import math
 import os
@@ -319,17 +320,13 @@ class Networks(NamedTuple):
 
 
 def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
-    hidden = MODELS[args.model]
-    actor, qf1, qf2 = Actor(obs_dim, hidden, bounds), Critic(obs_dim, hidden, len(bounds[0])), Critic(
-        obs_dim, hidden, len(bounds[0]))
-    actor, qf1, qf2 = actor.to(device), qf1.to(device), qf2.to(device)
-    targets = []
-    for net in (actor, qf1, qf2):
-        target = Actor(obs_dim, hidden, bounds) if net is actor else Critic(obs_dim, hidden, len(bounds[0]))
-        target.to(device).load_state_dict(net.state_dict())
-        targets.append(target.requires_grad_(False))
-    return Networks(actor, targets[0], qf1, qf2, targets[1], targets[2],
-                    torch.optim.Adam(actor.parameters(), lr=args.learning_rate),  # CleanRL's
+    """The actor and the twin critics, each target a copy, and CleanRL's two Adams (one over both critics)."""
+    hidden, action_dim = MODELS[args.model], len(bounds[0])
+    actor = Actor(obs_dim, hidden, bounds).to(device)
+    qf1, qf2 = (Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2))
+    target = lambda net: copy.deepcopy(net).requires_grad_(False)
+    return Networks(actor, target(actor), qf1, qf2, target(qf1), target(qf2),
+                    torch.optim.Adam(actor.parameters(), lr=args.learning_rate),
                     torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.learning_rate))
 
 

@@ -7,13 +7,15 @@ graphs need (docs/offpolicy.md).
 
     python td3_torch_compile.py --env-id Pendulum-v1 --total-timesteps 50000 --learning-starts 5000
     python td3_torch_compile.py --torch-env            # the env in torch, its step compiled too
-    python td3_torch_compile.py --compile-mode none    # exactly td3_torch.py"""
+    python td3_torch_compile.py --compile-mode none    # exactly td3_torch.py
+"""
 
 # %% imports
 import time
 
 START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
+import copy
 import json
 import math
 import os
@@ -319,20 +321,16 @@ class Networks(NamedTuple):
 
 
 def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
-    hidden = MODELS[args.model]
-    actor, qf1, qf2 = Actor(obs_dim, hidden, bounds), Critic(obs_dim, hidden, len(bounds[0])), Critic(
-        obs_dim, hidden, len(bounds[0]))
-    actor, qf1, qf2 = actor.to(device), qf1.to(device), qf2.to(device)
-    targets = []
-    for net in (actor, qf1, qf2):
-        target = Actor(obs_dim, hidden, bounds) if net is actor else Critic(obs_dim, hidden, len(bounds[0]))
-        target.to(device).load_state_dict(net.state_dict())
-        targets.append(target.requires_grad_(False))
+    """The actor and the twin critics, each target a copy, and CleanRL's two Adams (one over both critics)."""
+    hidden, action_dim = MODELS[args.model], len(bounds[0])
+    actor = Actor(obs_dim, hidden, bounds).to(device)
+    qf1, qf2 = (Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2))
+    target = lambda net: copy.deepcopy(net).requires_grad_(False)
     # a tensor learning rate; compiled, the multi-tensor Adam fuses into the update and keeps its step count on
     # the device (capturable), as CUDA graphs need; eager, CleanRL's Adam of td3_torch.py
     kind = dict(foreach=True, capturable=True) if args.compile_mode != "none" else {}
     adam = lambda params: torch.optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), **kind)
-    return Networks(actor, targets[0], qf1, qf2, targets[1], targets[2], adam(actor.parameters()),
+    return Networks(actor, target(actor), qf1, qf2, target(qf1), target(qf2), adam(actor.parameters()),
                     adam([*qf1.parameters(), *qf2.parameters()]))
 
 
