@@ -18,6 +18,7 @@ GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]  # JAX envs:
 AGENT_SCRIPTS = [s for s in SCRIPTS if s.endswith("_agents.py")]  # N agents per process: tests/test_agents.py
 DQN_SCRIPTS = sorted(p.name for p in ROOT.glob("dqn_*.py"))  # off-policy: tests/test_dqn.py
 TD3_SCRIPTS = sorted(p.name for p in ROOT.glob("td3_*.py"))  # off-policy, continuous: tests/test_td3.py
+SAC_SCRIPTS = sorted(p.name for p in ROOT.glob("sac_*.py"))  # off-policy, continuous, stochastic: tests/test_sac.py
 ONE_AGENT_SCRIPTS = [s for s in SCRIPTS if s not in AGENT_SCRIPTS]  # what the framework adapters load
 CONTINUOUS_SCRIPTS = ONE_AGENT_SCRIPTS  # the Gaussian head: every script (the agent scripts: tests/test_agents.py)
 

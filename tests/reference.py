@@ -449,3 +449,75 @@ def polyak(online, target, tau):
     """Each target array moved tau of the way to the online one."""
     return [(tau * k + (1 - tau) * tk, tau * b + (1 - tau) * tb)
             for (k, b), (tk, tb) in zip(as64_layers(online), as64_layers(target))]
+
+
+# ---- SAC (sac_*.py): CleanRL's sac_continuous_action.py, step by step. The actor is [trunk layer, trunk layer,
+# mean head, log-std head], each (kernel, bias), ReLU after each trunk layer; the critics as TD3's.
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def sac_actor(layers, obs, noise, bounds):
+    """The tanh-squashed sample (mean + std * noise) in the bounds, its log-probability with tanh's correction,
+    and what the backward pass needs."""
+    (*trunk, (km, bm), (ks, bs)), (low, high) = as64_layers(layers), (np.asarray(b, np.float64) for b in bounds)
+    h, inputs = np.asarray(obs, np.float64), []
+    for k, b in trunk:
+        inputs.append(h)
+        h = np.maximum(h @ k + b, 0.0)
+    raw = np.tanh(h @ ks + bs)
+    log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (raw + 1)
+    scale, noise = (high - low) / 2, np.asarray(noise, np.float64)
+    y = np.tanh(h @ km + bm + np.exp(log_std) * noise)
+    log_prob = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1) - np.log(scale * (1 - y ** 2) + 1e-6).sum(-1)
+    return y * scale + (high + low) / 2, log_prob, (inputs, h, raw, log_std, y, scale, noise)
+
+
+def sac_actor_backward(layers, cache, d_action, d_log_prob):
+    """The actor's gradients from the gradients at its action and its log-probability (both through the sample)."""
+    (*trunk, (km, _), (ks, _)), (inputs, h, raw, log_std, y, scale, noise) = as64_layers(layers), cache
+    squash = scale * (1 - y ** 2)
+    d_x = d_action * squash + d_log_prob[:, None] * 2 * y * squash / (squash + 1e-6)
+    d_raw = (d_x * np.exp(log_std) * noise - d_log_prob[:, None]) * 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (1 - raw ** 2)
+    grads, d_h = [(h.T @ d_x, d_x.sum(0)), (h.T @ d_raw, d_raw.sum(0))], d_x @ km.T + d_raw @ ks.T
+    for i in reversed(range(len(trunk))):
+        d_pre = d_h * ((inputs[i + 1] if i + 1 < len(inputs) else h) > 0)
+        grads.insert(0, (inputs[i].T @ d_pre, d_pre.sum(0)))
+        d_h = d_pre @ trunk[i][0].T
+    return grads
+
+
+def sac_critic_loss_and_grads(w, batch, noise, bounds, gamma, alpha):
+    """TD3's critic loss with SAC's target: the smaller target critic at the actor's sampled next action, less alpha
+    times its log-probability."""
+    obs, next_obs, action, reward, terminated = (np.asarray(x, np.float64) for x in batch)
+    next_action, next_log_prob, _ = sac_actor(w["actor"], next_obs, noise, bounds)
+    next_q = np.minimum(td3_critic(w["qf1_target"], next_obs, next_action)[0],
+                        td3_critic(w["qf2_target"], next_obs, next_action)[0]) - alpha * next_log_prob
+    target = reward + (1 - terminated) * gamma * next_q
+    loss, grads, means = 0.0, {}, {}
+    for name in ("qf1", "qf2"):
+        q, inputs = td3_critic(w[name], obs, action)
+        loss += ((q - target) ** 2).mean()
+        grads[name] = relu_backward(as64_layers(w[name]), inputs, (2 * (q - target) / len(q))[:, None])[0]
+        means[name] = q.mean()
+    return loss, means["qf1"], grads
+
+
+def sac_actor_loss_and_grads(w, obs, noise, bounds, alpha):
+    """alpha times the sample's log-probability less the smaller critic's value of it, and the actor's gradients."""
+    obs = np.asarray(obs, np.float64)
+    action, log_prob, cache = sac_actor(w["actor"], obs, noise, bounds)
+    (q1, in1), (q2, in2) = td3_critic(w["qf1"], obs, action), td3_critic(w["qf2"], obs, action)
+    n, d_action = len(obs), 0.0
+    for q, inputs, name, chosen in ((q1, in1, "qf1", q1 <= q2), (q2, in2, "qf2", q2 < q1)):
+        d_input = relu_backward(as64_layers(w[name]), inputs, (-chosen.astype(np.float64) / n)[:, None])[1]
+        d_action = d_action + d_input[:, obs.shape[1]:]
+    loss = (alpha * log_prob - np.minimum(q1, q2)).mean()
+    return loss, sac_actor_backward(w["actor"], cache, d_action, np.full(n, alpha / n))
+
+
+def sac_alpha_loss(log_alpha, w, obs, noise, bounds, target_entropy):
+    """CleanRL's alpha loss, -(exp(log_alpha) * (log_prob + target_entropy)).mean(), which is also its gradient in
+    log_alpha."""
+    log_prob = sac_actor(w["actor"], obs, noise, bounds)[1]
+    return -np.exp(log_alpha) * (log_prob + target_entropy).mean()

@@ -1,0 +1,185 @@
+"""SAC (sac_*.py, docs/offpolicy.md) against the NumPy reference (tests/reference.py): the critics' soft target
+(the smaller target critic at the actor's sampled next action, less alpha times its log-probability), the
+actor's step through the tanh-squashed sample and its log-probability, alpha's step; the actor and alpha
+policy-frequency times at CleanRL's steps and the targets at theirs; and the contract a run keeps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference
+from helpers import SAC_SCRIPTS, load, read_json, run, run_ok, scalars
+
+TINY = ["--total-timesteps", "600", "--learning-starts", "200", "--log-frequency", "200", "--buffer-size", "1000",
+        "--batch-size", "32"]
+BOUNDS = ((-2.0,), (2.0,))  # Pendulum-v1's torque
+OBS_DIM, ACTION_DIM = 3, 1
+CRITICS = ("qf1", "qf2", "qf1_target", "qf2_target")
+
+
+class Linen:
+    """What the tests need of sac_linen.py: its three functional train states (actor, critics, log alpha)."""
+
+    @staticmethod
+    def make(sac, args, w, log_alpha):
+        actor, critic, alpha = sac.make_train_states(jax.random.key(0), OBS_DIM, ACTION_DIM, args)
+        p = lambda layers: {"params": {f"Dense_{i}": {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}
+                                       for i, (k, b) in enumerate(layers)}}
+        critics, log_alpha = (p(w["qf1"]), p(w["qf2"])), {"log_alpha": jnp.float32(log_alpha)}
+        return (actor.replace(params=p(w["actor"]), opt_state=actor.tx.init(p(w["actor"]))),
+                critic.replace(params=critics, target_params=(p(w["qf1_target"]), p(w["qf2_target"])),
+                               opt_state=critic.tx.init(critics)),
+                alpha.replace(params=log_alpha, opt_state=alpha.tx.init(log_alpha)))
+
+    @staticmethod
+    def critic_update(sac, states, batch, noise, args):
+        actor, critic, alpha = states
+        critic, loss, q1 = sac.critic_update(actor, critic, jnp.exp(alpha.params["log_alpha"]),
+                                             tuple(map(jnp.asarray, batch)), jnp.asarray(noise), BOUNDS, args)
+        return (actor, critic, alpha), loss, q1
+
+    @staticmethod
+    def actor_update(sac, states, obs, noise, args):
+        actor, critic, alpha = states
+        actor, alpha, loss, alpha_loss = sac.actor_update(actor, critic, alpha, jnp.asarray(obs), jnp.asarray(noise),
+                                                          BOUNDS, args)
+        return (actor, critic, alpha), loss, alpha_loss
+
+    @staticmethod
+    def weights(states):
+        layers = lambda p: [(np.asarray(p["params"][f"Dense_{i}"]["kernel"]), np.asarray(p["params"][f"Dense_{i}"]["bias"]))
+                            for i in range(len(p["params"]))]
+        actor, critic, alpha = states
+        return {"actor": layers(actor.params), "qf1": layers(critic.params[0]), "qf2": layers(critic.params[1]),
+                "qf1_target": layers(critic.target_params[0]), "qf2_target": layers(critic.target_params[1]),
+                "log_alpha": float(alpha.params["log_alpha"])}
+
+    @staticmethod
+    def stepper(sac, args, seed):
+        """One iteration at a time: the states after it, its stats, and the optimizers' step counts."""
+        env, env_params = sac.make_env("Pendulum-v1")
+        obs, env_state = sac.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        states = sac.make_train_states(jax.random.key(0), OBS_DIM, ACTION_DIM, args)
+        runner = sac.Runner(jax.random.key(seed + 1), env_state, obs,
+                            sac.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM), jnp.int32(0))
+        step = jax.jit(lambda a, c, al, r: sac.iteration(a, c, al, r, env, env_params, args))
+        while True:
+            *states, runner, stats = step(*states, runner)
+            yield states, stats, tuple(int(s.opt_state[0].count) for s in (states[1], states[0], states[2]))
+
+
+ADAPTERS = {"sac_linen.py": Linen}
+
+
+def random_weights(rng):
+    layers = lambda sizes: [(rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32),
+                             rng.normal(0, 0.1, o).astype(np.float32)) for i, o in zip(sizes, sizes[1:])]
+    actor = layers((OBS_DIM, 256, 256, ACTION_DIM)) + layers((256, ACTION_DIM))  # the trunk, the mean, the log-std
+    # a log-std near -1.5 (std 0.22, the head's tanh near 0): samples seldom past where float32's tanh rounds to 1
+    # and float64's does not, which would part tanh's correction, log(1 - tanh^2 + 1e-6), in the two
+    actor[3] = (actor[3][0] * 0.1, np.zeros(ACTION_DIM, np.float32))
+    return {"actor": actor, **{name: layers((OBS_DIM + ACTION_DIM, 256, 256, 1)) for name in CRITICS}}
+
+
+def random_batch(rng, n):
+    """Half the transitions terminated (their targets are the reward alone), actions across the bounds."""
+    return (rng.normal(size=(n, OBS_DIM)).astype(np.float32), rng.normal(size=(n, OBS_DIM)).astype(np.float32),
+            rng.uniform(-2, 2, (n, ACTION_DIM)).astype(np.float32), rng.normal(size=n).astype(np.float32),
+            rng.random(n) < 0.5)
+
+
+def assert_weights(got, expected, names):
+    """All but one weight in 10,000 within a fifteenth of an Adam step (the critics' learning rate), and every one
+    within one: float32 rounds a gradient near Adam's eps to a step of another size now and then (more often over
+    the actor's sampled, squashed path); a wrong update moves most weights a whole step."""
+    for name in names:
+        for got_array, expected_array in ((a, b) for pairs in zip(got[name], expected[name]) for a, b in zip(*pairs)):
+            off = np.abs(got_array - expected_array)
+            far = off > 2e-5 + 1e-4 * np.abs(expected_array)
+            assert far.mean() <= 1e-4 and off.max() < 3e-4, (name, int(far.sum()), float(off.max()))
+
+
+@pytest.mark.parametrize("script", SAC_SCRIPTS)
+def test_critic_actor_and_alpha_updates_match_the_reference(script):
+    """A critic step at alpha 0.3, then an actor step and a step of log alpha: the losses, the first critic's
+    values, every weight and log alpha after each, the critic targets untouched."""
+    sac, adapter = load(script), ADAPTERS[script]
+    rng = np.random.default_rng(0)
+    args, log_alpha = sac.Args(), np.log(0.3)
+    w = random_weights(rng)
+    state = adapter.make(sac, args, w, log_alpha)
+    expected = {k: list(v) for k, v in w.items()}
+    batch, noise = random_batch(rng, 64), rng.normal(size=(64, ACTION_DIM)).astype(np.float32)
+    loss, q1, grads = reference.sac_critic_loss_and_grads(expected, batch, noise, BOUNDS, args.gamma, 0.3)
+    moments = {"qf1": [], "qf2": []}
+    for name in ("qf1", "qf2"):
+        expected[name] = reference.adam_layers(expected[name], grads[name], moments[name], 1, args.q_lr)
+    state, got_loss, got_q1 = adapter.critic_update(sac, state, batch, noise, args)
+    assert float(got_loss) == pytest.approx(loss, rel=1e-5, abs=1e-5) and float(got_q1) == pytest.approx(q1, rel=1e-5)
+    assert_weights(adapter.weights(state), expected, ("actor", *CRITICS))
+    actor_moments, alpha_moments = [], []
+    for count in (1, 2):  # a burst of two, as policy-frequency 2 makes: Adam's second step weighs the two gradients
+        noise = rng.normal(size=(2, 64, ACTION_DIM)).astype(np.float32)  # the actor's draw, then alpha's
+        loss, grads = reference.sac_actor_loss_and_grads(expected, batch[0], noise[0], BOUNDS, np.exp(log_alpha))
+        expected["actor"] = reference.adam_layers(expected["actor"], grads, actor_moments, count, args.policy_lr)
+        alpha_loss = reference.sac_alpha_loss(log_alpha, expected, batch[0], noise[1], BOUNDS, -ACTION_DIM)
+        log_alpha = reference.adam_layers([(np.array([log_alpha]), np.zeros(1))],
+                                          [(np.array([alpha_loss]), np.zeros(1))], alpha_moments, count, args.q_lr)[0][0][0]
+        state, got_loss, got_alpha_loss = adapter.actor_update(sac, state, batch[0], noise, args)
+        assert float(got_loss) == pytest.approx(loss, rel=1e-5, abs=1e-5)
+        assert float(got_alpha_loss) == pytest.approx(alpha_loss, rel=1e-5, abs=1e-5)
+        got = adapter.weights(state)
+        assert_weights(got, expected, ("actor", *CRITICS))
+        assert got["log_alpha"] == pytest.approx(log_alpha, abs=1e-6)
+    assert np.exp(log_alpha) != pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("script", SAC_SCRIPTS)
+def test_critics_every_step_actor_and_alpha_in_bursts_targets_at_their_frequency(script):
+    """One env step per call past learning-starts: a critic step at each; policy-frequency actor steps and as many
+    of alpha where the step is a multiple of it; the critic targets moved exactly at multiples of
+    target-network-frequency."""
+    sac, adapter = load(script), ADAPTERS[script]
+    args = sac.Args(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
+                    policy_frequency=2, target_network_frequency=3)
+    stepper, before, targets, moves = adapter.stepper(sac, args, 1), (0, 0, 0), None, 0
+    for t in range(args.total_timesteps):
+        state, stats, counts = next(stepper)
+        learning = t > args.learning_starts
+        delayed, polyak = learning and t % 2 == 0, learning and t % 3 == 0
+        assert tuple(a - b for a, b in zip(counts, before)) == (int(learning), 2 * delayed, 2 * delayed), t
+        now = {k: v for k, v in adapter.weights(state).items() if k.endswith("_target")}
+        if targets is not None:
+            moved = [not all(np.array_equal(a, b) for (a, _), (b, _) in zip(now[k], targets[k])) for k in now]
+            assert moved == [polyak] * 2, (t, moved)
+        before, targets, moves = counts, now, moves + polyak
+    assert moves >= 5
+
+
+@pytest.mark.parametrize("script", SAC_SCRIPTS)
+def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
+    """A tiny run: run.json with what ran, the tags, summary.json; its saved model, loaded with no training,
+    evaluates to the same returns."""
+    trained = run_ok(script, *TINY, "--save-model", "--eval-episodes", "2", log_dir=tmp_path / "train")
+    info, summary, logged = read_json(trained / "run.json"), read_json(trained / "summary.json"), scalars(trained)
+    assert info["args"]["total_timesteps"] == 600 and info["variant"] == script.removesuffix(".py")
+    assert [step for step, _ in logged["time/iteration"]] == [200, 400, 600]
+    assert {"charts/SPS", "charts/episodic_return", "losses/qf_loss", "losses/qf1_values", "losses/actor_loss",
+            "losses/alpha", "losses/alpha_loss", "memory/peak_rss_mb"} <= set(logged)
+    assert [step for step, _ in logged["losses/qf_loss"]] == [400, 600]  # none before learning starts
+    assert logged["losses/alpha"][-1][1] < 1  # tuned down from 1 towards the target entropy
+    loaded = run_ok(script, "--total-timesteps", "0", *TINY[2:], "--load-model", str(trained), "--eval-episodes", "2",
+                    log_dir=tmp_path / "eval")
+    assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
+
+
+@pytest.mark.parametrize("script", SAC_SCRIPTS)
+@pytest.mark.parametrize("args, says", [
+    (["--env-id", "CartPole-v1"], "Box actions"),
+    (["--target-network-frequency", "0"], "target_network_frequency must be a positive integer, got 0"),
+    (["--batch-size", "2000", "--buffer-size", "1000"], "batch_size=2000 is larger than buffer_size=1000"),
+])
+def test_bad_input_is_refused_in_one_line(script, args, says, tmp_path):
+    proc = run(script, *args, log_dir=tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
