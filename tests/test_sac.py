@@ -3,6 +3,8 @@
 actor's step through the tanh-squashed sample and its log-probability, alpha's step; the actor and alpha
 policy-frequency times at CleanRL's steps and the targets at theirs; and the contract a run keeps."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,7 +70,67 @@ class Linen:
             yield states, stats, tuple(int(s.opt_state[0].count) for s in (states[1], states[0], states[2]))
 
 
-ADAPTERS = {"sac_linen.py": Linen}
+class Torch:
+    """What the tests need of sac_torch.py: its modules, log alpha and optimizers, changed in place."""
+
+    @staticmethod
+    def linears(nets, name):
+        import torch
+
+        if name == "actor":
+            return [*(m for m in nets.actor.trunk if isinstance(m, torch.nn.Linear)), nets.actor.fc_mean,
+                    nets.actor.fc_logstd]
+        return [m for m in getattr(nets, name).net if isinstance(m, torch.nn.Linear)]
+
+    @staticmethod
+    def make(sac, args, w, log_alpha):
+        import torch
+
+        nets = sac.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
+        with torch.no_grad():
+            for name in ("actor", *CRITICS):
+                for linear, (k, b) in zip(Torch.linears(nets, name), w[name]):
+                    linear.weight.copy_(torch.from_numpy(k.T)), linear.bias.copy_(torch.from_numpy(b))
+            nets.log_alpha.fill_(log_alpha)
+        return nets
+
+    @staticmethod
+    def critic_update(sac, nets, batch, noise, args):
+        import torch
+
+        loss, q1 = sac.critic_update(nets, tuple(map(torch.as_tensor, batch)), torch.as_tensor(noise), args)
+        return nets, loss, q1
+
+    @staticmethod
+    def actor_update(sac, nets, obs, noise, args):
+        import torch
+
+        return nets, *sac.actor_update(nets, torch.as_tensor(obs), torch.as_tensor(noise), args)
+
+    @staticmethod
+    def weights(nets):
+        return {**{name: [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy())
+                          for m in Torch.linears(nets, name)] for name in ("actor", *CRITICS)},
+                "log_alpha": float(nets.log_alpha.detach())}
+
+    @staticmethod
+    def stepper(sac, args, seed):
+        import torch
+
+        torch.manual_seed(seed)
+        env, env_params = sac.make_env("Pendulum-v1")
+        obs, env_state = sac.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        nets = sac.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
+        buffer = sac.Buffer(args.buffer_size, OBS_DIM, ACTION_DIM, torch.device("cpu"), args.buffer == "host", seed)
+        jax_step = jax.jit(partial(sac.env_step, env=env, env_params=env_params, num_envs=args.num_envs))
+        runner = sac.Runner(env_state, torch.from_dlpack(obs), 0)
+        count = lambda optimizer: int(next(iter(optimizer.state.values()))["step"]) if optimizer.state else 0
+        while True:
+            runner, stats = sac.iteration(nets, buffer, runner, lambda s, a: jax_step(s, sac.to_jax(a)), args)
+            yield nets, stats, (count(nets.q_optimizer), count(nets.actor_optimizer), count(nets.a_optimizer))
+
+
+ADAPTERS = {"sac_linen.py": Linen, "sac_torch.py": Torch}
 
 
 def random_weights(rng):
