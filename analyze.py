@@ -63,6 +63,8 @@ def report(args: Report) -> int:
     matplotlib.use("Agg")
     out = Path(args.out)
     runs, skipped = find_runs(list(args.runs))
+    cleanrl = [r for r in runs if r.cleanrl]  # CleanRL's own runs: beside ours in one table, counted apart
+    runs = [r for r in runs if not r.cleanrl]
     for path, why in skipped:
         console.print(f"[yellow]warning[/]: skipped {path}: {why}")
     if not runs:
@@ -75,7 +77,8 @@ def report(args: Report) -> int:
         ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn"))}))
     cx = complexity(times)
     o = Output(out)
-    o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}; {len(skipped)} skipped.",
+    theirs = f" (and {len(cleanrl)} of CleanRL's own scripts)" if cleanrl else ""
+    o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}{theirs}; {len(skipped)} skipped.",
              ""]
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
@@ -125,7 +128,7 @@ def report(args: Report) -> int:
     if dqn:
         dqn_section(dqn, o)
     if dqn_learning:
-        dqn_learning_section(dqn_learning, o)
+        dqn_learning_section(dqn_learning, o, [r for r in cleanrl if r.experiment == "dqn-learning"])
     if gpu:
         gpu_section(gpu, headline, o)
     if tuning:

@@ -16,7 +16,7 @@ from . import dqn
 from .expensive import ITERATION
 from .gpu import precision
 from .output import NAMES
-from .target import LEARNING, SHARE, study_targets, target_of, time_to
+from .target import LEARNING, SHARE, pair_targets, study_targets, time_to
 from .stats import STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
@@ -208,9 +208,7 @@ def to_target(regime: Regime, by_experiment: dict, targets: dict) -> dict | str 
 
 def own_targets(runs) -> dict:
     """Each (env, model)'s target from these runs alone, as study_targets gives PPO's."""
-    pairs = sorted({(r.env_id, r.model) for r in runs})
-    found = {pair: target_of([r for r in runs if (r.env_id, r.model) == pair]) for pair in pairs}
-    return {pair: {"target": round(t, 2)} for pair, t in found.items() if t is not None}
+    return {pair: {"target": round(target, 2)} for pair, (target, _) in pair_targets(runs).items()}
 
 
 def decision_rows(by_experiment: dict, targets: dict | None = None) -> list[dict]:

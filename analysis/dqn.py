@@ -9,10 +9,11 @@ import math
 import numpy as np
 
 from .output import NAMES, fmt, variant_order
-from .stats import MIN_STEADY, below, median_range, not_below, pair_ratios, ratio_row, sessions_note, startup
+from .stats import ALPHA, MIN_STEADY, below, median_range, not_below, pair_ratios, ratio_row, sessions_note, startup, welch_p
 from .target import first_return, target_of, time_to
 
 PER = 1_000  # env steps: the unit a time is given in
+FINAL_STEPS = 10_000  # env steps: a run's final return is the episodes that ended in its last 10 iterations
 SOLVED = 475  # CartPole-v1's return the issue asks of every script (CleanRL reports about 488 at 500k steps)
 LINEN = "dqn_linen"
 ON_GYMNAX = ("dqn_torch", "dqn_torch-host", "dqn_torch_compile", "dqn_torch_compile-host")  # PyTorch through DLPack
@@ -146,58 +147,110 @@ def dqn_claims(runs, out):
           lambda r: below(r, 1), ("faster",))
 
 
-def dqn_learning_section(runs, out):
+def cleanrl_final(run) -> float | None:
+    """What our scripts' summary gives, for a run of CleanRL's: the mean return of the episodes that ended in the
+    last FINAL_STEPS env steps (CleanRL logs each episode at the global step it ended on, from 0)."""
+    steps, returns, _ = run.series("charts/episodic_return")
+    last = returns[steps >= run.info["args"]["total_timesteps"] - FINAL_STEPS]
+    return float(last.mean()) if len(last) else None
+
+
+def counterpart(variant: str) -> str:
+    """CleanRL's script in the same framework: dqn.py for PyTorch's, dqn_jax.py (Flax Linen) for JAX's."""
+    return "cleanrl_dqn" if "torch" in variant else "cleanrl_dqn_jax"
+
+
+def dqn_learning_section(runs, out, cleanrl=()):
     cartpole = [r for r in runs if r.env_id == "CartPole-v1"]
     if cartpole:
+        theirs = [r for r in cleanrl if r.env_id == "CartPole-v1"]
+        for r in theirs:
+            r.summary["charts/episodic_return_final"] = cleanrl_final(r)
         out.heading("DQN learning at CleanRL's defaults",
                     f"CartPole-v1, CleanRL's dqn.py settings (500,000 env steps, an update every 10), one run per seed "
-                    f"(bench.sh dqn-learning). Final: the mean return of the episodes that ended in the last 10,000 env "
-                    f"steps (exploring at epsilon 0.05, as CleanRL's logged returns); solved: {SOLVED} or more.",
+                    f"(bench.sh dqn-learning). Final: the mean return of the episodes that ended in the last "
+                    f"{FINAL_STEPS:,} env steps (exploring at epsilon 0.05, as CleanRL's logged returns); solved: "
+                    f"{SOLVED} or more." + (" CleanRL's own dqn.py and dqn_jax.py ran at the same settings and seeds; "
+                    "their final return is computed from their logged episodes the same way, and each script's finals "
+                    "are set against those of CleanRL's script in its framework (Welch's t-test, two-sided p). "
+                    "CleanRL's scripts are not timed here: they keep their own clock." if theirs else ""),
                     sessions_note(cartpole))
-        learning_table(out, cartpole, SOLVED, "dqn-learning", f"DQN on CartPole-v1 at CleanRL's defaults: ")
+        learning_table(out, cartpole + theirs, SOLVED, "dqn-learning", "DQN on CartPole-v1 at CleanRL's defaults: ")
         reached = sum(time_to(r, SOLVED) is not None for r in cartpole)
         out.claim(f"dqn-every-run-reached-{SOLVED}", reached == len(cartpole), (),
                   f"{reached} of {len(cartpole)} runs had 1,000 steps whose episodes averaged {SOLVED} or more")
+        if theirs:
+            p = {v: x for v in {r.variant for r in cartpole} if not math.isnan(x := finals_p(cartpole + theirs, v))}
+            smallest = min(p, key=p.get, default=None)  # of the scripts whose CleanRL counterpart ran
+            out.claim("dqn-finals-level-with-cleanrl", bool(p) and p[smallest] >= ALPHA, (),
+                      f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no CleanRL counterpart ran")
+            below = lambda v: sum(f < SOLVED for f in finals(theirs, v))
+            out.claim(f"dqn-cleanrl-jax-ends-below-{SOLVED}-too", below("cleanrl_dqn_jax") > 0, (),
+                      ", ".join(f"{v}: {below(v)} of {sum(r.variant == v for r in theirs)} ended below {SOLVED}"
+                                for v in sorted({r.variant for r in theirs})))
     if pixels := [r for r in runs if r.env_id == "Breakout-MinAtar"]:
         target = target_of(pixels) or math.inf  # none: no run ended above where the runs start
+        a = pixels[0].info["args"]  # bench.sh gives every run of the folder the same settings
         out.heading("DQN learning from images",
-                    "Breakout-MinAtar with the CNN at CleanRL's Atari-DQN settings (learning rate 1e-4, batch 32, an "
-                    "update every 4 env steps, a target copy every 1,000, epsilon to 0.01 over the first tenth) for "
-                    "500,000 env steps, a replay buffer of 100,000 and learning from step 20,000, one run per seed "
+                    f"Breakout-MinAtar with the CNN at CleanRL's Atari-DQN settings (learning rate {a['learning_rate']:g}, "
+                    f"batch {a['batch_size']}, an update every {a['train_frequency']} env steps, a target copy every "
+                    f"{a['target_network_frequency']:,}, epsilon to {a['end_e']:g} over the first "
+                    f"{a['exploration_fraction']:.0%}) for {a['total_timesteps']:,} env steps, a replay buffer of "
+                    f"{a['buffer_size']:,} and learning from step {a['learning_starts']:,}, one run per seed "
                     f"(bench.sh dqn-learning, folder breakout). First: the mean return of the first 1,000 steps' "
                     f"episodes (epsilon near 1); target: {fmt(target, 4)}, 90% of the way from the runs' first "
                     f"return to the best script's median final one, as the PPO targets are set. No times: the session "
                     f"shared its machine with other work, which its returns do not depend on.", sessions_note(pixels))
-        learning_table(out, pixels, target, "dqn-learning-pixels", "DQN on Breakout-MinAtar with the CNN: ", untimed=True)
+        learning_table(out, pixels, target, "dqn-learning-pixels", "DQN on Breakout-MinAtar with the CNN: ", timed=False)
         learned = [r for r in pixels if (f := r.summary.get("charts/episodic_return_final")) is not None
                    and (s := first_return(r)) is not None and f >= LEARNED * max(s, 1)]
         out.claim("dqn-cnn-learns-breakout", len(learned) == len(pixels), (),
                   f"{len(learned)} of {len(pixels)} runs ended at {LEARNED} times their first return or more")
 
 
-def learning_table(out, runs, target, block, title, untimed=False):
-    """One row per script: its seeds' final returns and how many ended at the target, then the whole run's
-    seconds and the seconds to the target; untimed, the seeds' first returns and how many reached the target
-    on the way instead of the seconds (a session that shared its machine: its returns hold, its times do not)."""
-    rows, t = [], fmt(target, 4)
-    for v in variant_order({r.variant for r in runs}):
-        mine = sorted((r for r in runs if r.variant == v), key=lambda r: r.seed)
-        finals = [r.summary.get("charts/episodic_return_final") for r in mine]
-        reached = [secs for r in mine if (secs := time_to(r, target)) is not None]
-        ended = f"{sum(x is not None and x >= target for x in finals)} of {len(mine)}"
-        if untimed:
-            rows.append([NAMES.get(v, v), ", ".join(fmt(first_return(r), 3) for r in mine),
-                         ", ".join(fmt(x, 4) for x in finals), ended, f"{len(reached)} of {len(mine)}"])
-        else:
-            rows.append([NAMES.get(v, v), ", ".join(fmt(x, 4) for x in finals), ended,
-                         median_range([r.summary["time/total"] for r in mine]),
-                         f"{median_range(reached)} ({len(reached)} of {len(mine)} reached it)" if reached else f"none of {len(mine)}"])
-    if untimed:
-        out.table(title + f"each seed's first and final return, how many ended at {t} or more, and how many had "
-                  f"1,000 steps whose episodes averaged {t} on the way", ["script", "first return, seeds 1, 2, 3",
-                  "final return, seeds 1, 2, 3", f"final >= {t}", f"reached {t}"], rows, block=block)
+def finals(runs, variant: str) -> list[float]:
+    return [f for r in sorted(runs, key=lambda r: r.seed) if r.variant == variant
+            and (f := r.summary.get("charts/episodic_return_final")) is not None]
+
+
+def finals_p(runs, variant: str) -> float:
+    """Welch's two-sided p that the variant's final returns and its CleanRL counterpart's have one mean."""
+    return welch_p(finals(runs, variant), finals(runs, counterpart(variant)))
+
+
+def seeds_of(runs) -> str:
+    seeds = sorted({r.seed for r in runs})
+    if len(seeds) > 3 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"seeds {seeds[0]} to {seeds[-1]}"
+    return "seeds " + ", ".join(map(str, seeds[:-1])) + " and " * (len(seeds) > 1) + str(seeds[-1])
+
+
+def learning_table(out, runs, target, block, title, timed=True):
+    """One row per script: its seeds' final returns and how many ended at the target; with CleanRL's runs among
+    them, each script's p against its CleanRL counterpart; timed, the whole run's seconds and the seconds to the
+    target (CleanRL's rows untimed); untimed (a session that shared its machine: its returns hold, its times do
+    not), the seeds' first returns and how many reached the target on the way instead."""
+    t, seeds, cleanrl = fmt(target, 4), seeds_of(runs), any(r.cleanrl for r in runs)
+    columns = [("script", lambda v, mine: NAMES.get(v, v))]
+    if not timed:
+        columns.append((f"first return, {seeds}", lambda v, mine: ", ".join(fmt(first_return(r), 3) for r in mine)))
+    columns += [(f"final return, {seeds}", lambda v, mine: ", ".join(fmt(f, 4) for f in finals(mine, v))),
+                (f"final >= {t}", lambda v, mine: f"{sum(f >= target for f in finals(mine, v))} of {len(mine)}")]
+    if cleanrl:
+        columns.append(("p, against CleanRL's", lambda v, mine: "–" if mine[0].cleanrl else fmt(finals_p(runs, v), 2)))
+    reached = lambda mine: [secs for r in mine if (secs := time_to(r, target)) is not None]
+    if timed:
+        columns += [("whole run (s)", lambda v, mine: "–" if mine[0].cleanrl else
+                     median_range([r.summary["time/total"] for r in mine])),
+                    (f"seconds to {t}", lambda v, mine: "–" if mine[0].cleanrl else
+                     f"{median_range(reached(mine))} ({len(reached(mine))} of {len(mine)} reached it)"
+                     if reached(mine) else f"none of {len(mine)}")]
     else:
-        out.table(title + f"the final return of each seed, how many ended at {t} or more, the whole run's seconds, "
-                  f"and the seconds from the start to the first 1,000 steps whose episodes averaged {t}",
-                  ["script", "final return, seeds 1, 2, 3", f"final >= {t}", "whole run (s)", f"seconds to {t}"], rows,
-                  block=block)
+        columns.append((f"reached {t}", lambda v, mine: f"{len(reached(mine))} of {len(mine)}"))
+    rows = [[cell(v, mine) for _, cell in columns] for v in variant_order({r.variant for r in runs})
+            if (mine := sorted((r for r in runs if r.variant == v), key=lambda r: r.seed))]
+    out.table(title + f"each seed's final return and how many ended at {t} or more" + (
+        ", each script's p against CleanRL's in its framework" if cleanrl else "") + (
+        f", the whole run's seconds and the seconds from the start to the first 1,000 steps whose episodes averaged "
+        f"{t}" if timed else f", with the first returns, and how many had 1,000 steps whose episodes averaged {t} on "
+        f"the way"), [h for h, _ in columns], rows, block=block)

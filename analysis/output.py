@@ -47,7 +47,8 @@ NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.
          "dqn_linen_gymnasium": "Flax Linen, Gymnasium's env",
          "dqn_linen_gymnasium-host": "Flax Linen, Gymnasium's env, buffer on the host",
          "dqn_torch-torchenv": "PyTorch, eager, its env in torch",
-         "dqn_torch_compile-torchenv": "PyTorch, torch.compile, its env in torch"}
+         "dqn_torch_compile-torchenv": "PyTorch, torch.compile, its env in torch",
+         "cleanrl_dqn": "CleanRL's dqn.py (PyTorch)", "cleanrl_dqn_jax": "CleanRL's dqn_jax.py (Flax Linen)"}
 COMPILE_SCOPES = {  # ppo_torch_compile.py's --compile-scope: what is compiled besides GAE
     "grads": "loss, gradients and clip; Adam eager",
     "grads+policy": "loss, gradients, clip and the policy step; Adam eager",

@@ -20,6 +20,7 @@ EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensiv
                "headline",  # Experiment 1 again, small and medium on four envs, each repeat shuffled (issue 33)
                "torchenv", "cpucompile",  # PyTorch on its own terms: the env in torch, compiled CPU-env runs (issue 49)
                "dqn", "dqn-learning")  # DQN (issue 52): time per env step, and learning at CleanRL's defaults
+CLEANRL_RUNS = "cleanrl-runs"  # a folder of runs by CleanRL's own scripts beside ours: its event files, as it wrote them
 LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
 
 
@@ -36,6 +37,7 @@ class Run:
     experiment: str = ""
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
     calibration: dict | None = None  # its session's calibrate.py measurements, where bench.sh made them
+    cleanrl: bool = False  # a run of CleanRL's own script (CLEANRL_RUNS): no summary, no iterations
 
     @property
     def num_iterations(self) -> int:
@@ -57,8 +59,10 @@ def read_scalars(run_dir: Path) -> dict:
     for tag in acc.Tags()["scalars"]:
         points[tag] += [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)]
     for tag in acc.Tags()["tensors"]:
-        points[tag] += [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)), e.wall_time)
-                        for e in acc.Tensors(tag)]
+        for e in acc.Tensors(tag):
+            value = tensor_util.make_ndarray(e.tensor_proto)
+            if value.dtype.kind in "biuf":  # not a text summary (CleanRL's hyperparameters)
+                points[tag].append((e.step, float(value), e.wall_time))
     return {tag: tuple(np.array(col) for col in zip(*sorted(pts))) for tag, pts in points.items()}
 
 
@@ -88,6 +92,38 @@ def load_run(run_dir: Path) -> Run:
         raise ValueError(f"corrupt event file ({type(e).__name__}: {e})")
     if "time/iteration" not in run.scalars:
         raise ValueError("empty: the event files hold no time/iteration scalars")
+    return run
+
+
+def python_value(text: str):
+    """A value as Python printed it into a table: a number or a bool as such, anything else as text."""
+    try:
+        return json.loads({"True": "true", "False": "false"}.get(text, text))
+    except json.JSONDecodeError:
+        return text
+
+
+def load_cleanrl(run_dir: Path) -> Run:
+    """A run of CleanRL's own script as it wrote it, named {env_id}__{exp_name}__{seed}__{time}: its variant
+    cleanrl_<exp_name>, its arguments from the hyperparameters table it logs, its scalars; no summary."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
+
+    try:
+        env_id, exp_name, seed, _ = run_dir.name.split("__")
+        acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0})
+        acc.Reload()
+        table = tensor_util.make_ndarray(acc.Tensors("hyperparameters/text_summary")[0].tensor_proto).item().decode()
+        args = dict(line[1:-1].split("|", 1) for line in table.splitlines()[2:])  # |param|value| rows
+        args = {key: python_value(value) for key, value in args.items()}
+        run = Run(run_dir, f"cleanrl_{exp_name}", env_id, "cleanrl", int(seed), False, {},
+                  {"args": args}, cleanrl=True)
+        run.experiment = experiment_of(run)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.scalars = read_scalars(run_dir)
+    except Exception as e:  # a name or an event file not as CleanRL writes them
+        raise ValueError(f"not a CleanRL run ({type(e).__name__}: {e})")
     return run
 
 
@@ -149,6 +185,11 @@ def runs_below(root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
             runs.append(run)
         except ValueError as e:
             skipped.append((run_dir, str(e)))
+    for run_dir in sorted({events.parent for events in root.rglob(f"{CLEANRL_RUNS}/*/*tfevents*")}):
+        try:
+            runs.append(load_cleanrl(run_dir))
+        except ValueError as e:
+            skipped.append((run_dir, str(e)))
     return runs, skipped
 
 
@@ -189,6 +230,8 @@ def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
                              if Path(path).parts[0] == root.resolve().name]
             for run in runs:
                 for f in sorted([run.path / "run.json", run.path / "summary.json", *run.path.glob("*tfevents*")]):
+                    if not f.exists():  # a CleanRL run: its event files only
+                        continue
                     tar.add(f, arcname=inside(f))
             for f in calibration_files(root):
                 tar.add(f, arcname=inside(f))

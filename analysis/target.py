@@ -31,17 +31,25 @@ def target_of(runs) -> float | None:
     return float(np.median(starts) + SHARE * (max(finals) - np.median(starts)))
 
 
+def pair_targets(runs) -> dict:
+    """Each (env, model)'s target from these runs, with the runs it came from; a pair with none left out."""
+    found = {}
+    for env, model in sorted({(r.env_id, r.model) for r in runs}):
+        sel = [r for r in runs if (r.env_id, r.model) == (env, model)]
+        if (target := target_of(sel)) is not None:
+            found[env, model] = target, sel
+    return found
+
+
 def study_targets(by_experiment: dict) -> dict:
     """Each (env, model)'s target from the first LEARNING experiment that ran it, with what it came from:
     what a run's end line compares its return with (results/targets.json) and the decision table times."""
     targets = {}
     for experiment in LEARNING:
-        runs = by_experiment.get(experiment, [])
-        for env, model in sorted({(r.env_id, r.model) for r in runs}):
-            sel = [r for r in runs if (r.env_id, r.model) == (env, model)]
-            if (env, model) not in targets and (target := target_of(sel)) is not None:
-                targets[env, model] = {"target": round(target, 2), "share": SHARE, "experiment": experiment, "runs": len(sel),
-                                       "iterations": max(r.num_iterations for r in sel)}
+        for pair, (target, sel) in pair_targets(by_experiment.get(experiment, [])).items():
+            if pair not in targets:
+                targets[pair] = {"target": round(target, 2), "share": SHARE, "experiment": experiment, "runs": len(sel),
+                                 "iterations": max(r.num_iterations for r in sel)}
     return targets
 
 

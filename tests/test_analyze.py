@@ -324,6 +324,19 @@ def test_torchenv_and_cpucompile_by_hand(tmp_path):
     assert (out / "torchenv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def cleanrl_run(root, exp_name, seed, total_timesteps, returns):
+    """A run as CleanRL's scripts write one: its hyperparameters as a text summary, an episode's return at the
+    global step it ended on (torch's SummaryWriter, CleanRL's)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(root / f"CartPole-v1__{exp_name}__{seed}__1700000000"))
+    args = dict(exp_name=exp_name, seed=seed, env_id="CartPole-v1", total_timesteps=total_timesteps, hf_entity="")
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in args.items()))
+    for step, value in returns.items():
+        writer.add_scalar("charts/episodic_return", value, step)
+    writer.close()
+
+
 def test_dqn_by_hand(tmp_path):
     """DQN's study on runs whose durations are known: seconds per 1,000 env steps while training (the
     iterations after the first update's), filling the buffer, and a 500k-step run, each over Linen's at
@@ -353,10 +366,22 @@ def test_dqn_by_hand(tmp_path):
         for variant in ("dqn_linen", "dqn_torch"):  # from images: torch's seed 3 ends at 4, 10 times its first
             fake_run(runs_dir / "dqn-learning" / f"r{seed}" / "breakout", variant, "Breakout-MinAtar", "cnn", seed, 50.0,
                      [1.0] * 50, final_return=4.0 if seed == 3 and variant == "dqn_torch" else 20.0,
-                     steps_per_iteration=1000, log_frequency=1000, learning_starts=20_000, total_timesteps=50_000)
+                     steps_per_iteration=1000, log_frequency=1000, learning_starts=20_000, total_timesteps=50_000,
+                     learning_rate=1e-4, batch_size=32, train_frequency=4, target_network_frequency=1000, end_e=0.01,
+                     exploration_fraction=0.1, buffer_size=100_000)
+        # CleanRL's own dqn.py, as it writes a run: an episode outside the last 10,000 steps, then one inside
+        cleanrl_run(runs_dir / "dqn-learning" / "cleanrl-runs", "dqn", seed, 500_000,
+                    {100: 20.0, 489_999: 0.0, 490_000: 300.0 if seed == 3 else 500.0})
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
+    assert "(and 3 of CleanRL's own scripts)" in report
+    assert ("(learning rate 0.0001, batch 32, an update every 4 env steps, a target copy every 1,000, epsilon to 0.01 "
+            "over the first 10%) for 50,000 env steps, a replay buffer of 100,000 and learning from step 20,000") in report
+    assert "| CleanRL's dqn.py (PyTorch) | 500.0, 500.0, 300.0 | 2 of 3 | – | – | – |" in report
+    # eager torch's 500, 500, 500 against dqn.py's: Welch's t of 1 on 2 degrees of freedom; Linen's counterpart,
+    # dqn_jax.py, did not run
+    assert "| PyTorch, eager | 500.0, 500.0, 500.0 | 3 of 3 | 0.42 |" in report
     # Breakout's target: 90% of the way from the first returns' median, 0.4, to the best median final, 20: 18.04,
     # torch's seed 3 (4 from 0.08) learned, but not five times over its floor of 1
     assert "| Flax Linen | 0.400, 0.400, 0.400 | 20.00, 20.00, 20.00 | 3 of 3 | 3 of 3 |" in report
@@ -385,7 +410,7 @@ def test_dqn_by_hand(tmp_path):
     reached = rows["DQN, JAX env"]["target"]
     assert reached["row"]["geomean"] == pytest.approx((STARTUP + 2 * 451) / (STARTUP + 451))
     assert reached["missed"] == {} and reached["paired"] == 3
-    assert (f"| Flax Linen | 500.0, 500.0, 500.0 | 3 of 3 | 100 (100–100, 3 repeats) | {STARTUP + 475:.3g} "
+    assert (f"| Flax Linen | 500.0, 500.0, 500.0 | 3 of 3 | – | 100 (100–100, 3 repeats) | {STARTUP + 475:.3g} "
             f"({STARTUP + 475:.3g}–{STARTUP + 475:.3g}, 3 repeats) (3 of 3 reached it) |") in report
     assert "| Flax NNX | 500.0, 500.0, 400.0 | 2 of 3 |" in report
     for claim, holds in (("dqn-linen-faster-than-torch-on-gymnax", "yes"),
@@ -393,7 +418,8 @@ def test_dqn_by_hand(tmp_path):
                          ("dqn-compiled-not-faster-than-eager-every-10", "yes"),
                          ("dqn-nnx-equinox-within-20-percent-of-linen", "no"),  # NNX 1.5x, Equinox not run
                          ("dqn-cpu-env-torch-faster-than-linen-every-10", "no"),  # not run
-                         ("dqn-cnn-learns-breakout", "no"), ("dqn-every-run-reached-475", "no")):
+                         ("dqn-cnn-learns-breakout", "no"), ("dqn-every-run-reached-475", "no"),
+                         ("dqn-finals-level-with-cleanrl", "yes"), ("dqn-cleanrl-jax-ends-below-475-too", "no")):
         assert report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
 
 
