@@ -227,11 +227,13 @@ def make_train_states(key, obs_dim, action_dim, args: Args):
     actor, critic = Actor(MODELS[args.model], action_dim), Critic(MODELS[args.model])
     obs, action = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
     critic_params = (critic.init(q1_key, obs, action), critic.init(q2_key, obs, action))
+    # log alpha 0 where tuned (alpha starts at 1, CleanRL's); else the fixed alpha's log, never stepped
+    log_alpha = {"log_alpha": jnp.log(jnp.float32(1.0 if args.autotune else args.alpha))}
     # torch's Adam, eps 1e-8
     return (TrainState.create(apply_fn=actor.apply, params=actor.init(actor_key, obs), tx=optax.adam(args.policy_lr)),
             TargetTrainState.create(apply_fn=critic.apply, params=critic_params, target_params=critic_params,
                                     tx=optax.adam(args.q_lr)),
-            TrainState.create(apply_fn=None, params={"log_alpha": jnp.zeros(())}, tx=optax.adam(args.q_lr)))
+            TrainState.create(apply_fn=None, params=log_alpha, tx=optax.adam(args.q_lr)))
 
 
 # saving and loading: Flax's msgpack of the train states, with what they fit
@@ -319,7 +321,7 @@ def actor_update(actor_state: TrainState, critic_state: TargetTrainState, alpha_
     """One Adam step of the actor down alpha times its sample's log-probability less the smaller critic's value of
     it; then, tuned, one of log alpha towards the target entropy, on a fresh sample of the updated actor (noise:
     both draws)."""
-    alpha = jnp.exp(alpha_state.params["log_alpha"]) if args.autotune else args.alpha
+    alpha = jnp.exp(alpha_state.params["log_alpha"])
 
     def loss_fn(params):
         action, log_prob = sample(actor_state, params, obs, noise[0], bounds)
@@ -373,7 +375,7 @@ def iteration(actor_state, critic_state, alpha_state, runner: Runner, env, env_p
         delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
         polyak = learning & ((-t) % args.target_network_frequency < args.num_envs)
         batch = buffer.sample(sample_key, args.batch_size)
-        alpha = jnp.exp(alpha_state.params["log_alpha"]) if args.autotune else jnp.float32(args.alpha)
+        alpha = jnp.exp(alpha_state.params["log_alpha"])
         zero = jnp.float32(0)
         critic_state, qf_loss, q1 = jax.lax.cond(
             learning, lambda cs: critic_update(actor_state, cs, alpha, batch, jax.random.normal(noise_key, batch[2].shape),
@@ -405,7 +407,7 @@ def iteration(actor_state, critic_state, alpha_state, runner: Runner, env, env_p
              "qf_loss": qf_loss.sum() / jnp.maximum(updates, 1), "qf1_values": q1.sum() / jnp.maximum(updates, 1),
              "actor_loss": actor_loss.sum() / jnp.maximum(actor_updates, 1),
              "alpha_loss": alpha_loss.sum() / jnp.maximum(actor_updates, 1),
-             "alpha": jnp.exp(alpha_state.params["log_alpha"]) if args.autotune else jnp.float32(args.alpha)}
+             "alpha": jnp.exp(alpha_state.params["log_alpha"])}
     return actor_state, critic_state, alpha_state, runner, stats
 
 

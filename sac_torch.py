@@ -345,7 +345,8 @@ def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
     actor = Actor(obs_dim, hidden, bounds).to(device)
     qf1, qf2 = (Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2))
     target = lambda net: copy.deepcopy(net).requires_grad_(False)
-    log_alpha = torch.zeros((), device=device, requires_grad=True)
+    # 0 where tuned (alpha starts at 1, CleanRL's); else the fixed alpha's log, never stepped
+    log_alpha = torch.tensor(1.0 if args.autotune else args.alpha, device=device).log().requires_grad_()
     return Networks(actor, qf1, qf2, target(qf1), target(qf2), log_alpha,
                     torch.optim.Adam(actor.parameters(), lr=args.policy_lr),
                     torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr),
@@ -410,9 +411,9 @@ class Buffer:
 
 
 # %% the critics', the actor's and alpha's updates
-def alpha_of(nets: Networks, args: Args) -> torch.Tensor:
-    """The entropy coefficient, a tensor on the device: tuned, exp(log alpha); else the fixed one."""
-    return nets.log_alpha.detach().exp() if args.autotune else torch.tensor(args.alpha, device=nets.log_alpha.device)
+def alpha_of(nets: Networks) -> torch.Tensor:
+    """The entropy coefficient, a tensor on the device (no copy to it per step, no sync)."""
+    return nets.log_alpha.detach().exp()
 
 
 def critic_grads(nets: Networks, batch, noise, args: Args):
@@ -423,7 +424,7 @@ def critic_grads(nets: Networks, batch, noise, args: Args):
     with torch.no_grad():
         next_action, next_log_prob = nets.actor.sample(next_obs, noise)
         next_q = torch.minimum(nets.qf1_target(next_obs, next_action), nets.qf2_target(next_obs, next_action))
-        target = reward + (~terminated).float() * args.gamma * (next_q - alpha_of(nets, args) * next_log_prob)
+        target = reward + (~terminated).float() * args.gamma * (next_q - alpha_of(nets) * next_log_prob)
     q1, q2 = nets.qf1(obs, action), nets.qf2(obs, action)
     loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
     loss.backward()
@@ -440,7 +441,7 @@ def critic_update(nets: Networks, batch, noise, args: Args):
 
 def actor_grads(nets: Networks, obs, noise, args: Args):
     action, log_prob = nets.actor.sample(obs, noise)
-    loss = (alpha_of(nets, args) * log_prob - torch.minimum(nets.qf1(obs, action), nets.qf2(obs, action))).mean()
+    loss = (alpha_of(nets) * log_prob - torch.minimum(nets.qf1(obs, action), nets.qf2(obs, action))).mean()
     loss.backward()
     return loss.detach()
 
@@ -538,7 +539,7 @@ def iteration(nets: Networks, buffer: Buffer, runner: Runner, env_step_fn, args:
              "episodic_length_sum": out.episode_length.sum(), "updates": len(qf_losses),
              "actor_updates": len(actor_losses) // args.policy_frequency, "qf_loss": mean(qf_losses),
              "qf1_values": mean(q1s), "actor_loss": mean(actor_losses), "alpha_loss": mean(alpha_losses),
-             "alpha": alpha_of(nets, args)}
+             "alpha": alpha_of(nets)}
     return runner, stats
 
 
