@@ -70,6 +70,51 @@ class Linen:
             yield states, stats, tuple(int(s.opt_state[0].count) for s in (states[1], states[0], states[2]))
 
 
+class Nnx:
+    """What the tests need of sac_nnx.py: its Model, the networks, log alpha and optimizers changed in place."""
+
+    @staticmethod
+    def linears(model):
+        actor, critics, targets = model.actor, model.critics, model.critics_target
+        return {"actor": [*actor.trunk, actor.fc_mean, actor.fc_logstd], "qf1": critics.qf1.layers,
+                "qf2": critics.qf2.layers, "qf1_target": targets.qf1.layers, "qf2_target": targets.qf2.layers}
+
+    @staticmethod
+    def make(sac, args, w, log_alpha):
+        model = sac.Model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        for name, linears in Nnx.linears(model).items():
+            for linear, (k, b) in zip(linears, w[name]):
+                linear.kernel[...], linear.bias[...] = jnp.asarray(k), jnp.asarray(b)
+        model.alpha.log_alpha[...] = jnp.float32(log_alpha)
+        return model
+
+    @staticmethod
+    def critic_update(sac, model, batch, noise, args):
+        return model, *sac.critic_update(model, tuple(map(jnp.asarray, batch)), jnp.asarray(noise), args)
+
+    @staticmethod
+    def actor_update(sac, model, obs, noise, args):
+        return model, *sac.actor_update(model, jnp.asarray(obs), jnp.asarray(noise), args)
+
+    @staticmethod
+    def weights(model):
+        return {**{name: [(np.asarray(l.kernel[...]), np.asarray(l.bias[...])) for l in linears]
+                   for name, linears in Nnx.linears(model).items()}, "log_alpha": float(model.alpha.log_alpha[...])}
+
+    @staticmethod
+    def stepper(sac, args, seed):
+        env, env_params = sac.make_env("Pendulum-v1")
+        obs, env_state = sac.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        model = sac.Model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        runner = sac.Runner(jax.random.key(seed + 1), env_state, obs,
+                            sac.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM), jnp.int32(0))
+        step = sac.nnx.jit(lambda m, r: sac.iteration(m, r, env, env_params, args))
+        while True:
+            runner, stats = step(model, runner)
+            yield model, stats, tuple(int(o.opt_state[0].count[...]) for o in (
+                model.q_optimizer, model.actor_optimizer, model.alpha_optimizer))
+
+
 class Torch:
     """What the tests need of sac_torch.py: its modules, log alpha and optimizers, changed in place."""
 
@@ -130,7 +175,7 @@ class Torch:
             yield nets, stats, (count(nets.q_optimizer), count(nets.actor_optimizer), count(nets.a_optimizer))
 
 
-ADAPTERS = {"sac_linen.py": Linen, "sac_torch.py": Torch}
+ADAPTERS = {"sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch}
 
 
 def random_weights(rng):
