@@ -115,6 +115,60 @@ class Nnx:
                 model.q_optimizer, model.actor_optimizer, model.alpha_optimizer))
 
 
+class Equinox:
+    """What the tests need of sac_equinox.py: its networks and log alpha (pytrees), the two Adams and three states."""
+
+    @staticmethod
+    def linears(nets):
+        actor, (qf1, qf2), (qf1_target, qf2_target) = nets.actor, nets.critics, nets.critics_target
+        return {"actor": [*actor.trunk, actor.fc_mean, actor.fc_logstd], "qf1": qf1.layers, "qf2": qf2.layers,
+                "qf1_target": qf1_target.layers, "qf2_target": qf2_target.layers}
+
+    @staticmethod
+    def make(sac, args, w, log_alpha):
+        nets, txs, _ = sac.make_model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        eqx = sac.eqx
+        linears = Equinox.linears(nets)
+        nets = eqx.tree_at(lambda n: [l for name in linears for l in Equinox.linears(n)[name]], nets,
+                           [eqx.tree_at(lambda l: (l.weight, l.bias), l, (jnp.asarray(k.T), jnp.asarray(b)))
+                            for name in linears for l, (k, b) in zip(linears[name], w[name])])
+        nets = nets._replace(log_alpha=jnp.float32(log_alpha))
+        return nets, txs, (txs[0].init(eqx.filter(nets.actor, eqx.is_array)),
+                           txs[1].init(eqx.filter(nets.critics, eqx.is_array)), txs[1].init(nets.log_alpha))
+
+    @staticmethod
+    def critic_update(sac, state, batch, noise, args):
+        nets, txs, (actor_opt, q_opt, alpha_opt) = state
+        nets, q_opt, loss, q1 = sac.critic_update(nets, q_opt, tuple(map(jnp.asarray, batch)), jnp.asarray(noise),
+                                                  txs[1], args)
+        return (nets, txs, (actor_opt, q_opt, alpha_opt)), loss, q1
+
+    @staticmethod
+    def actor_update(sac, state, obs, noise, args):
+        nets, txs, (actor_opt, q_opt, alpha_opt) = state
+        nets, (actor_opt, alpha_opt), loss, alpha_loss = sac.actor_update(
+            nets, (actor_opt, alpha_opt), jnp.asarray(obs), jnp.asarray(noise), txs, args)
+        return (nets, txs, (actor_opt, q_opt, alpha_opt)), loss, alpha_loss
+
+    @staticmethod
+    def weights(state):
+        return {**{name: [(np.asarray(l.weight).T, np.asarray(l.bias)) for l in linears]
+                   for name, linears in Equinox.linears(state[0]).items()}, "log_alpha": float(state[0].log_alpha)}
+
+    @staticmethod
+    def stepper(sac, args, seed):
+        env, env_params = sac.make_env("Pendulum-v1")
+        obs, env_state = sac.env_reset(jax.random.key(seed), env, env_params, args.num_envs)
+        nets, txs, opt_states = sac.make_model(jax.random.key(0), OBS_DIM, BOUNDS, args)
+        runner = sac.Runner(jax.random.key(seed + 1), env_state, obs,
+                            sac.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM), jnp.int32(0))
+        step = sac.eqx.filter_jit(lambda n, o, r: sac.iteration(n, o, r, txs, env, env_params, args))
+        while True:
+            nets, opt_states, runner, stats = step(nets, opt_states, runner)
+            actor_opt, q_opt, alpha_opt = opt_states
+            yield (nets, txs, opt_states), stats, (int(q_opt[0].count), int(actor_opt[0].count), int(alpha_opt[0].count))
+
+
 class Torch:
     """What the tests need of sac_torch.py: its modules, log alpha and optimizers, changed in place."""
 
@@ -175,7 +229,7 @@ class Torch:
             yield nets, stats, (count(nets.q_optimizer), count(nets.actor_optimizer), count(nets.a_optimizer))
 
 
-ADAPTERS = {"sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch}
+ADAPTERS = {"sac_equinox.py": Equinox, "sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch}
 
 
 def random_weights(rng):

@@ -1,0 +1,639 @@
+"""SAC with Equinox + optax, compiled with eqx.filter_jit (benchback).
+
+One file, top to bottom, CleanRL's sac_continuous_action.py in JAX, in Equinox's style: the actor, the twin
+critics, their targets and log alpha are immutable pytrees of arrays, so they flow through lax.scan, lax.cond and
+optax like any other. The same arguments and defaults, a tanh-squashed Gaussian actor, the entropy term in the
+critics' target, the entropy coefficient tuned, the replay buffer as arrays in the jitted state, and each iteration (--log-frequency env steps) one
+lax.scan over the env steps, each acting (uniformly before --learning-starts, then a sample of the actor),
+stepping the Gymnax env, writing the buffer, then updating the critics under lax.cond past --learning-starts,
+the actor and alpha under another every --policy-frequency steps, and the targets under a third: no host round
+trip inside an iteration (docs/offpolicy.md).
+
+    python sac_equinox.py --env-id Pendulum-v1 --total-timesteps 50000"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
+
+import io
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+import equinox as eqx
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from gymnax.environments import spaces
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "Pendulum-v1"
+    """Gymnax environment id (continuous actions, Box observations)"""
+    model: Literal["small"] = "small"
+    """the actor and critics: small=CleanRL's (256, 256) MLPs"""
+    total_timesteps: int = 1_000_000
+    """env steps of the whole run, over all envs"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 1_000_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """target networks' Polyak rate: target = tau * online + (1 - tau) * target"""
+    batch_size: int = 256
+    """transitions sampled from the buffer per update"""
+    learning_starts: int = 5_000
+    """env steps of uniform random actions before the first update"""
+    policy_lr: float = 3e-4
+    """Adam learning rate of the actor"""
+    q_lr: float = 1e-3
+    """Adam learning rate of the critics (and of alpha)"""
+    policy_frequency: int = 2
+    """env steps between actor updates, each time this many of them (the delay made up for)"""
+    target_network_frequency: int = 1
+    """env steps between the critic targets' Polyak steps"""
+    alpha: float = 0.2
+    """the entropy coefficient, where it is not tuned"""
+    autotune: bool = True
+    """tune alpha towards a target entropy of minus the action dimensions (CleanRL's)"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the actor, the critics, their targets and the optimizers' state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes of the actor's mean action on fresh environments (eval/...)"""
+
+
+MODELS = {"small": (256, 256)}  # hidden widths of the actor and of each critic
+
+
+def variant_name(args: Args) -> str:
+    return "sac_equinox"
+
+
+# %% environment helpers
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def unsupported(env, env_params) -> str | None:
+    """Why this SAC (continuous actions, vector observations) cannot run the env, or None."""
+    if not isinstance(space := env.action_space(env_params), spaces.Box):
+        return f"{type(space).__name__} actions (SAC takes Box actions)"
+    if not isinstance(space := env.observation_space(env_params), spaces.Box) or len(space.shape) != 1:
+        return "observations that are not vectors (this SAC needs Box observations of one axis)"
+    return None
+
+
+def supported_env_ids() -> list[str]:
+    return [e for e in gymnax.registered_envs if e != "MNISTBandit-bsuite" and not unsupported(*gymnax.make(e))]
+
+
+def make_env(env_id: str):
+    """The Gymnax env and its params, or exit 2 if SAC cannot run it (it needs continuous actions)."""
+    if env_id not in gymnax.registered_envs or env_id == "MNISTBandit-bsuite":
+        fail(f"env_id {env_id!r} is not a Gymnax env id this SAC runs; supported: {', '.join(supported_env_ids())}")
+    env, env_params = gymnax.make(env_id)
+    if why := unsupported(env, env_params):
+        fail(f"env_id {env_id!r} has {why}; supported: {', '.join(supported_env_ids())}")
+    return env, env_params
+
+
+def action_bounds(env, env_params) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The action space's low and high, one entry per action dimension (plain floats: constants of the program)."""
+    space = env.action_space(env_params)
+    return tuple(np.broadcast_to(space.low, space.shape).tolist()), tuple(np.broadcast_to(space.high, space.shape).tolist())
+
+
+class EnvState(NamedTuple):
+    key: jax.Array  # the environments' own random stream
+    env: object  # the Gymnax state of every env
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class EnvStep(NamedTuple):
+    obs: jax.Array  # after auto-reset
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # before auto-reset: the next observation a transition stores
+    episode_return: jax.Array  # return of the episode that ended here, else 0
+    episode_length: jax.Array
+
+
+def env_reset(key, env, env_params, num_envs):
+    key, reset_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    state = jax.tree.map(lambda x: x.astype(x.dtype), state)  # weak types made strong: one compilation
+    return obs.astype(jnp.float32), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+
+
+def env_step(state: EnvState, action, env, env_params, num_envs):
+    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+    key, step_key = jax.random.split(state.key)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(step_key, num_envs), state.env, action, env_params)
+    reward, done = reward.astype(jnp.float32), terminated | truncated
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+    step = EnvStep(obs.astype(jnp.float32), reward, terminated, truncated, info["final_observation"].astype(jnp.float32),
+                   jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0))
+    return EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length)), step
+
+
+# %% model
+def linear(in_dim: int, out_dim: int, scale: float, key) -> eqx.nn.Linear:
+    """eqx.nn.Linear with orthogonal weights of gain `scale` and zero bias."""
+    weight = jax.nn.initializers.orthogonal(scale)(key, (out_dim, in_dim))
+    layer = eqx.nn.Linear(in_dim, out_dim, key=key)
+    return eqx.tree_at(lambda l: (l.weight, l.bias), layer, (weight, jnp.zeros(out_dim)))
+
+
+def relu_mlp(layers: list[eqx.nn.Linear], x):
+    for layer in layers[:-1]:
+        x = jax.nn.relu(layer(x))
+    return layers[-1](x)
+
+
+def mlp(sizes: tuple[int, ...], gain: float, key) -> list[eqx.nn.Linear]:
+    """Orthogonal weights of the gain and zero biases, as the PPO scripts'."""
+    return [linear(i, o, gain, k) for i, o, k in zip(sizes, sizes[1:], jax.random.split(key, len(sizes) - 1))]
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log-std, squashed into this range (CleanRL's)
+
+
+class Actor(eqx.Module):
+    """The Gaussian before tanh: an MLP with ReLU, then a mean head and a log-std head (CleanRL's). Orthogonal
+    weights (gain sqrt 2, the heads' 1) and zero biases, as the PPO scripts'."""
+    trunk: list[eqx.nn.Linear]
+    fc_mean: eqx.nn.Linear
+    fc_logstd: eqx.nn.Linear
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = eqx.field(static=True)  # the actions' low and high
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], bounds, key):
+        trunk_key, mean_key, log_std_key = jax.random.split(key, 3)
+        self.trunk, self.bounds = mlp((obs_dim, *hidden), np.sqrt(2), trunk_key), bounds
+        self.fc_mean, self.fc_logstd = (linear(hidden[-1], len(bounds[0]), 1.0, k) for k in (mean_key, log_std_key))
+
+    def __call__(self, obs):  # one observation: Equinox layers are written for single examples
+        x = obs
+        for layer in self.trunk:
+            x = jax.nn.relu(layer(x))
+        log_std = jnp.tanh(self.fc_logstd(x))
+        return self.fc_mean(x), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+
+
+def batched(net, *xs):
+    return jax.vmap(net)(*xs)  # a batch of observations (and actions)
+
+
+def sample(actor: Actor, obs, noise):
+    """The actor's tanh-squashed sample (noise: standard normal, one per action) in the bounds, and its
+    log-probability, tanh's change of variables included."""
+    low, high = map(jnp.asarray, actor.bounds)
+    mean, log_std = batched(actor, obs)
+    squashed, scale = jnp.tanh(mean + jnp.exp(log_std) * noise), (high - low) / 2
+    log_prob = (-0.5 * noise**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1) - jnp.log(
+        scale * (1 - squashed**2) + 1e-6).sum(-1)
+    return squashed * scale + (high + low) / 2, log_prob
+
+
+class Critic(eqx.Module):
+    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's), initialized as the actor."""
+    layers: list[eqx.nn.Linear]
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], action_dim: int, key):
+        trunk_key, out_key = jax.random.split(key)
+        self.layers = [*mlp((obs_dim + action_dim, *hidden), np.sqrt(2), trunk_key), linear(hidden[-1], 1, 1.0, out_key)]
+
+    def __call__(self, obs, action):
+        return relu_mlp(self.layers, jnp.concatenate([obs, action], -1))[0]
+
+
+class Networks(NamedTuple):
+    """The actor, the twin critics (a pair: one Adam over both, as CleanRL's) with their targets, and log alpha."""
+    actor: Actor
+    critics: tuple[Critic, Critic]
+    critics_target: tuple[Critic, Critic]
+    log_alpha: jax.Array
+
+
+def make_model(key, obs_dim: int, bounds, args: Args):
+    """The networks (the targets the critics' weights), the actor's Adam and the critics' (alpha's too, CleanRL's
+    rates), and the Adam states of the actor, the critics and log alpha."""
+    actor_key, q1_key, q2_key = jax.random.split(key, 3)
+    hidden, action_dim = MODELS[args.model], len(bounds[0])
+    actor, critics = Actor(obs_dim, hidden, bounds, actor_key), (Critic(obs_dim, hidden, action_dim, q1_key),
+                                                                 Critic(obs_dim, hidden, action_dim, q2_key))
+    # log alpha 0 where tuned (alpha starts at 1, CleanRL's); else the fixed alpha's log, never stepped
+    log_alpha = jnp.log(jnp.float32(1.0 if args.autotune else args.alpha))
+    txs = optax.adam(args.policy_lr), optax.adam(args.q_lr)  # torch's Adam, eps 1e-8
+    return Networks(actor, critics, critics, log_alpha), txs, (
+        txs[0].init(eqx.filter(actor, eqx.is_array)), txs[1].init(eqx.filter(critics, eqx.is_array)), txs[1].init(log_alpha))
+
+
+# saving and loading: a JSON header line, then the leaves of (networks, optimizer states) in Equinox's format
+MODEL_FILE, SAVED_BY = "model.eqx", "sac_equinox.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, nets: Networks, opt_states, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    with open(os.path.join(run_dir, MODEL_FILE), "wb") as f:
+        f.write((json.dumps(meta) + "\n").encode())
+        eqx.tree_serialise_leaves(f, (nets, opt_states))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args, env, env_params):
+    """The saved (networks, optimizer states), or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            meta, leaves = json.loads(f.readline()), f.read()
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except ValueError:  # no JSON header: not a saved model
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    # Equinox reads leaves into a tree of the same structure: this run's, as shapes only
+    nets, _, opt_states = eqx.filter_eval_shape(make_model, jax.random.key(0), env.observation_space(env_params).shape[0],
+                                                action_bounds(env, env_params), args)
+    try:
+        return eqx.tree_deserialise_leaves(io.BytesIO(leaves), (nets, opt_states))
+    except Exception:  # truncated: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+
+
+# %% replay buffer
+class Buffer(NamedTuple):
+    """A ring of transitions in device arrays: CleanRL's (SB3's) layout, the true last observation of a
+    truncated episode as its next observation."""
+    obs: jax.Array
+    next_obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    pos: jax.Array  # the next slot to write
+    size: jax.Array  # slots written so far, at most the capacity
+
+    @classmethod
+    def empty(cls, capacity: int, obs_dim: int, action_dim: int):
+        zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((capacity, *shape), dtype)
+        return cls(zeros(obs_dim), zeros(obs_dim), zeros(action_dim), zeros(), zeros(dtype=bool),
+                   jnp.int32(0), jnp.int32(0))
+
+    def add(self, obs, next_obs, action, reward, terminated):
+        """One row per env, overwriting the oldest once full."""
+        capacity, n = self.obs.shape[0], obs.shape[0]
+        rows = (self.pos + jnp.arange(n)) % capacity
+        put = lambda store, x: store.at[rows].set(x)
+        return Buffer(put(self.obs, obs), put(self.next_obs, next_obs), put(self.action, action),
+                      put(self.reward, reward), put(self.terminated, terminated), (self.pos + n) % capacity,
+                      jnp.minimum(self.size + n, capacity))
+
+    def sample(self, key, batch_size: int):
+        """Uniform over the written slots only."""
+        rows = jax.random.randint(key, (batch_size,), 0, self.size)
+        return jax.tree.map(lambda store: store[rows], (self.obs, self.next_obs, self.action, self.reward,
+                                                        self.terminated))
+
+
+# %% the critics', the actor's and alpha's updates
+def critic_update(nets: Networks, q_opt_state, batch, noise, tx, args: Args):
+    """One Adam step on both critics' squared errors against one target: the smaller of the two target
+    critics at the actor's sampled next action, less alpha times its log-probability, not bootstrapped through a
+    termination."""
+    obs, next_obs, action, reward, terminated = batch
+    next_action, next_log_prob = sample(nets.actor, next_obs, noise)
+    next_q = jnp.minimum(*(batched(critic, next_obs, next_action) for critic in nets.critics_target))
+    target = reward + (1.0 - terminated) * args.gamma * (next_q - jnp.exp(nets.log_alpha) * next_log_prob)
+
+    def loss_fn(critics):
+        q1, q2 = (batched(critic, obs, action) for critic in critics)
+        return ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean(), q1
+
+    (loss, q1), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(nets.critics)
+    updates, q_opt_state = tx.update(grads, q_opt_state, eqx.filter(nets.critics, eqx.is_array))
+    return nets._replace(critics=eqx.apply_updates(nets.critics, updates)), q_opt_state, loss, q1.mean()
+
+
+def actor_update(nets: Networks, opt_states, obs, noise, txs, args: Args):
+    """One Adam step of the actor down alpha times its sample's log-probability less the smaller critic's value of
+    it; then, tuned, one of log alpha towards the target entropy, on a fresh sample of the updated actor (noise:
+    both draws). opt_states: the actor's and alpha's."""
+    (actor_opt_state, alpha_opt_state), alpha = opt_states, jnp.exp(nets.log_alpha)
+
+    def loss_fn(actor):
+        action, log_prob = sample(actor, obs, noise[0])
+        return (alpha * log_prob - jnp.minimum(*(batched(critic, obs, action) for critic in nets.critics))).mean()
+
+    loss, grads = eqx.filter_value_and_grad(loss_fn)(nets.actor)
+    updates, actor_opt_state = txs[0].update(grads, actor_opt_state, eqx.filter(nets.actor, eqx.is_array))
+    nets = nets._replace(actor=eqx.apply_updates(nets.actor, updates))
+    if not args.autotune:
+        return nets, (actor_opt_state, alpha_opt_state), loss, jnp.float32(0)
+    log_prob = sample(nets.actor, obs, noise[1])[1]
+    target_entropy = -len(nets.actor.bounds[0])
+    alpha_loss, grad = jax.value_and_grad(lambda log_alpha: (-jnp.exp(log_alpha) * (log_prob + target_entropy)).mean())(
+        nets.log_alpha)
+    updates, alpha_opt_state = txs[1].update(grad, alpha_opt_state)
+    return nets._replace(log_alpha=nets.log_alpha + updates), (actor_opt_state, alpha_opt_state), loss, alpha_loss
+
+
+# %% training loop
+class Runner(NamedTuple):
+    key: jax.Array
+    env_state: EnvState
+    obs: jax.Array
+    buffer: Buffer
+    global_step: jax.Array  # env steps so far, over all envs: CleanRL's global_step
+
+
+def act(actor: Actor, obs, key, uniform):
+    """Each env's action: uniform in the bounds (before learning starts), else a sample of the actor."""
+    low, high = map(jnp.asarray, actor.bounds)
+    uniform_key, noise_key = jax.random.split(key)
+    shape = (obs.shape[0], len(low))
+    sampled = sample(actor, obs, jax.random.normal(noise_key, shape))[0]
+    return jnp.where(uniform, jax.random.uniform(uniform_key, shape, minval=low, maxval=high), sampled)
+
+
+def iteration(nets: Networks, opt_states, runner: Runner, txs, env, env_params, args: Args):
+    """log_frequency env steps as one lax.scan: act, step, store, and on CleanRL's steps update."""
+
+    def step(carry, _):
+        nets, (actor_opt_state, q_opt_state, alpha_opt_state), runner = carry  # pytrees: the scan carries them
+        key, act_key, sample_key, noise_key, actor_key = jax.random.split(runner.key, 5)
+        t = runner.global_step
+        action = act(nets.actor, runner.obs, act_key, t < args.learning_starts)
+        env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs)
+        buffer = runner.buffer.add(runner.obs, out.final_obs, action, out.reward, out.terminated)
+        # CleanRL updates the critics at every global_step > learning-starts, the actor and alpha policy-frequency
+        # times where it is also a multiple of policy-frequency, the targets where it is one of
+        # target-network-frequency; with n envs a vector step covers global steps t..t+n-1
+        learning = t > args.learning_starts
+        delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
+        polyak = learning & ((-t) % args.target_network_frequency < args.num_envs)
+        batch = buffer.sample(sample_key, args.batch_size)
+        zero = jnp.float32(0)
+        nets, q_opt_state, qf_loss, q1 = jax.lax.cond(
+            learning, lambda n, o: critic_update(n, o, batch, jax.random.normal(noise_key, batch[2].shape), txs[1], args),
+            lambda n, o: (n, o, zero, zero), nets, q_opt_state)
+
+        def actor_steps(nets, opt_states):  # policy-frequency of them, each with fresh draws
+            def one(carry, key):
+                nets, opt_states, *losses = actor_update(*carry, batch[0], jax.random.normal(key, (2, *batch[2].shape)),
+                                                         txs, args)
+                return (nets, opt_states), losses
+            carry, (losses, alpha_losses) = jax.lax.scan(one, (nets, opt_states),
+                                                         jax.random.split(actor_key, args.policy_frequency))
+            return *carry, losses.mean(), alpha_losses.mean()
+
+        nets, (actor_opt_state, alpha_opt_state), actor_loss, alpha_loss = jax.lax.cond(
+            delayed, actor_steps, lambda n, o: (n, o, zero, zero), nets, (actor_opt_state, alpha_opt_state))
+        nets = jax.lax.cond(polyak, lambda n: n._replace(
+            critics_target=optax.incremental_update(n.critics, n.critics_target, args.tau)), lambda n: n, nets)
+        runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
+        return (nets, (actor_opt_state, q_opt_state, alpha_opt_state), runner), (
+            out, learning, delayed, qf_loss, q1, actor_loss, alpha_loss)
+
+    (nets, opt_states, runner), (out, learning, delayed, qf_loss, q1, actor_loss, alpha_loss) = jax.lax.scan(
+        step, (nets, opt_states, runner), length=args.log_frequency // args.num_envs)
+    updates, actor_updates = learning.sum(), delayed.sum()
+    stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
+             "episodic_length_sum": out.episode_length.sum(), "updates": updates, "actor_updates": actor_updates,
+             "qf_loss": qf_loss.sum() / jnp.maximum(updates, 1), "qf1_values": q1.sum() / jnp.maximum(updates, 1),
+             "actor_loss": actor_loss.sum() / jnp.maximum(actor_updates, 1),
+             "alpha_loss": alpha_loss.sum() / jnp.maximum(actor_updates, 1), "alpha": jnp.exp(nets.log_alpha)}
+    return nets, opt_states, runner, stats
+
+
+def evaluate(actor: Actor, key, env, env_params, num_episodes: int):
+    """One episode on each of num_episodes fresh envs, the actor's mean action (squashed): their returns."""
+    key, reset_key = jax.random.split(key)
+    obs, env_state = env_reset(reset_key, env, env_params, num_episodes)
+    low, high = map(jnp.asarray, actor.bounds)
+
+    def step(carry):
+        env_state, obs, returns, done = carry
+        action = jnp.tanh(batched(actor, obs)[0]) * (high - low) / 2 + (high + low) / 2
+        env_state, out = env_step(env_state, action, env, env_params, num_episodes)
+        ended = (out.terminated | out.truncated) & ~done  # each env's first episode only
+        return env_state, out.obs, jnp.where(ended, out.episode_return, returns), done | ended
+
+    carry = (env_state, obs, jnp.zeros(num_episodes), jnp.zeros(num_episodes, bool))
+    return jax.lax.while_loop(lambda carry: ~carry[3].all(), step, carry)[2]
+
+
+# %% logging
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch")
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+class RunLog:
+    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
+    summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.episodes = []  # (count, return sum) per iteration
+
+    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.log_frequency
+        write("time/iteration", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        write("charts/SPS", args.log_frequency / seconds, step)
+        if stats["updates"]:  # none before learning-starts
+            write("losses/qf_loss", stats["qf_loss"], step)
+            write("losses/qf1_values", stats["qf1_values"], step)
+        if stats["actor_updates"]:
+            write("losses/actor_loss", stats["actor_loss"], step)
+            write("losses/alpha", stats["alpha"], step)
+            if self.args.autotune:
+                write("losses/alpha_loss", stats["alpha_loss"], step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def train(args: Args, env, env_params, log: RunLog, saved: tuple | None = None):
+    """Returns the trained networks and the optimizers' states."""
+    bounds = action_bounds(env, env_params)
+
+    def setup(seed):
+        init_key, env_key, runner_key = jax.random.split(jax.random.key(seed), 3)
+        obs_dim = env.observation_space(env_params).shape[0]
+        obs, env_state = env_reset(env_key, env, env_params, args.num_envs)
+        nets, txs, opt_states = make_model(init_key, obs_dim, bounds, args)
+        buffer = Buffer.empty(args.buffer_size, obs_dim, len(bounds[0]))
+        return nets, txs, opt_states, Runner(runner_key, env_state, obs, buffer, jnp.int32(0))
+
+    # the reset, the weights and the empty buffer as one compiled call, compiled without optimizing it
+    once = eqx.filter_jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})
+    nets, txs, opt_states, runner = once(args.seed)
+    if saved is not None:  # the weights, the targets, alpha and Adam's states; the buffer starts empty
+        nets, opt_states = saved
+    # each call consumes what it changes: XLA reuses the networks', optimizers' and runner's buffers
+    iteration_fn = eqx.filter_jit(partial(iteration, txs=txs, env=env, env_params=env_params, args=args), donate="all")
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        task = progress.add_task(f"{log.variant}: iteration 0, compiling", total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            nets, opt_states, runner, stats = iteration_fn(nets, opt_states, runner)
+            stats = jax.device_get(stats)  # the one host fetch, which waits for the iteration
+            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+    return nets, opt_states
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "buffer_size", "batch_size", "policy_frequency", "target_network_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("policy_lr", "q_lr"), lambda x: 0 < x < math.inf),
+    ">= 0": (("alpha",), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "tau"), lambda x: 0 <= x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+             f"total_timesteps={args.total_timesteps}")
+    if args.policy_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
+        fail(f"policy_frequency={args.policy_frequency} and target_network_frequency={args.target_network_frequency} "
+             f"must be at least num_envs={args.num_envs}: one vector step makes at most one of each")
+    if args.batch_size > args.buffer_size:
+        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+             f"{args.total_timesteps}): it would never learn")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    env, env_params = make_env(args.env_id)
+    saved = read_model(args.load_model, args, env, env_params) if args.load_model else None  # refused before anything is written
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        nets, opt_states = train(args, env, env_params, log, saved)
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
+        summary["saved_model"] = save_model(run_dir, nets, opt_states, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs: the seed key folded with 4, a stream training does not draw from
+            evaluate_fn = partial(evaluate, env=env, env_params=env_params, num_episodes=args.eval_episodes)
+            returns = eqx.filter_jit(evaluate_fn)(nets.actor, jax.random.fold_in(jax.random.key(args.seed), 4))
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()
