@@ -229,7 +229,27 @@ class Torch:
             yield nets, stats, (count(nets.q_optimizer), count(nets.actor_optimizer), count(nets.a_optimizer))
 
 
-ADAPTERS = {"sac_equinox.py": Equinox, "sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch}
+class TorchCompiled(Torch):
+    """sac_torch_compile.py: sac_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
+
+    @staticmethod
+    def make(sac, args, w, log_alpha):
+        TorchCompiled.compile(sac)
+        return Torch.make(sac, args, w, log_alpha)
+
+    @staticmethod
+    def stepper(sac, args, seed):
+        TorchCompiled.compile(sac)
+        return Torch.stepper(sac, args, seed)
+
+    @staticmethod
+    def compile(sac):
+        if not hasattr(sac.critic_update, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
+            sac.compile_hot_paths("default")
+
+
+ADAPTERS = {"sac_equinox.py": Equinox, "sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch,
+            "sac_torch_compile.py": TorchCompiled}
 
 
 def random_weights(rng):

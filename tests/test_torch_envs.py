@@ -183,9 +183,9 @@ def test_torch_env_is_the_same_text_in_every_torch_script():
     assert block("ppo_torch.py") == block("ppo_torch_compile.py") == block("ppo_torch_agents.py")
 
 
-@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py", "td3_torch.py"])
+@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py", "td3_torch.py", "sac_torch.py"])
 def test_the_offpolicy_scripts_step_ppos_torch_envs(script):
-    """The off-policy scripts' --torch-env (DQN's discrete envs, TD3's continuous ones): the formulas are
+    """The off-policy scripts' --torch-env (DQN's discrete envs, TD3's and SAC's continuous ones): the formulas are
     ppo_torch.py's text, and their vector step (no normalization) gives what ppo_torch.py's does over whole
     episodes from the same states and draws."""
     import inspect

@@ -1,0 +1,787 @@
+"""SAC with PyTorch and torch.compile, CUDA graphs on GPU (benchback).
+
+sac_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step and both updates (the
+critics', and the actor's with alpha's: losses, gradients and Adam) compiled, and with --torch-env the env's step
+too, Adam's rate a tensor and its step count on the device (capturable), as CUDA graphs need
+(docs/offpolicy.md).
+
+    python sac_torch_compile.py --env-id Pendulum-v1 --total-timesteps 50000
+    python sac_torch_compile.py --torch-env            # the env in torch, its step compiled too
+    python sac_torch_compile.py --compile-mode none    # exactly sac_torch.py"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
+
+import copy
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Callable, Literal, NamedTuple
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from gymnax.environments import spaces
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "Pendulum-v1"
+    """Gymnax environment id (continuous actions, Box observations)"""
+    model: Literal["small"] = "small"
+    """the actor and critics: small=CleanRL's (256, 256) MLPs"""
+    total_timesteps: int = 1_000_000
+    """env steps of the whole run, over all envs"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 1_000_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """target networks' Polyak rate: target = tau * online + (1 - tau) * target"""
+    batch_size: int = 256
+    """transitions sampled from the buffer per update"""
+    learning_starts: int = 5_000
+    """env steps of uniform random actions before the first update"""
+    policy_lr: float = 3e-4
+    """Adam learning rate of the actor"""
+    q_lr: float = 1e-3
+    """Adam learning rate of the critics (and of alpha)"""
+    policy_frequency: int = 2
+    """env steps between actor updates, each time this many of them (the delay made up for)"""
+    target_network_frequency: int = 1
+    """env steps between the critic targets' Polyak steps"""
+    alpha: float = 0.2
+    """the entropy coefficient, where it is not tuned"""
+    autotune: bool = True
+    """tune alpha towards a target entropy of minus the action dimensions (CleanRL's)"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the actor, the critics, their targets and the optimizers' state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes of the actor's mean action on fresh environments (eval/...)"""
+    buffer: Literal["device", "host"] = "device"
+    """where the replay buffer lives: tensors on torch's device, or NumPy arrays on the host (CleanRL's)"""
+    torch_env: bool = False
+    """step the env written in torch (Gymnax's formulas: Pendulum-v1, MountainCarContinuous-v0) instead of Gymnax's"""
+    compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune", "none"] = "auto"
+    """torch.compile mode: auto is reduce-overhead (CUDA graphs) on CUDA and default on CPU; none is eager"""
+
+
+MODELS = {"small": (256, 256)}  # hidden widths of the actor and of each critic
+
+
+def variant_name(args: Args) -> str:
+    mode = "" if args.compile_mode == "auto" else f"-{args.compile_mode}"
+    env = "-torchenv" if args.torch_env else ""
+    return "sac_torch_compile" + mode + env + ("-host" if args.buffer == "host" else "")
+
+
+# %% environment helpers
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def unsupported(env, env_params) -> str | None:
+    """Why this SAC (continuous actions, vector observations) cannot run the env, or None."""
+    if not isinstance(space := env.action_space(env_params), spaces.Box):
+        return f"{type(space).__name__} actions (SAC takes Box actions)"
+    if not isinstance(space := env.observation_space(env_params), spaces.Box) or len(space.shape) != 1:
+        return "observations that are not vectors (this SAC needs Box observations of one axis)"
+    return None
+
+
+def supported_env_ids() -> list[str]:
+    return [e for e in gymnax.registered_envs if e != "MNISTBandit-bsuite" and not unsupported(*gymnax.make(e))]
+
+
+def make_env(env_id: str):
+    """The Gymnax env and its params, or exit 2 if SAC cannot run it (it needs continuous actions)."""
+    if env_id not in gymnax.registered_envs or env_id == "MNISTBandit-bsuite":
+        fail(f"env_id {env_id!r} is not a Gymnax env id this SAC runs; supported: {', '.join(supported_env_ids())}")
+    env, env_params = gymnax.make(env_id)
+    if why := unsupported(env, env_params):
+        fail(f"env_id {env_id!r} has {why}; supported: {', '.join(supported_env_ids())}")
+    return env, env_params
+
+
+def action_bounds(env, env_params) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The action space's low and high, one entry per action dimension (plain floats: constants of the program)."""
+    space = env.action_space(env_params)
+    return tuple(np.broadcast_to(space.low, space.shape).tolist()), tuple(np.broadcast_to(space.high, space.shape).tolist())
+
+
+class EnvState(NamedTuple):
+    key: jax.Array  # the environments' own random stream
+    env: object  # the Gymnax state of every env
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class EnvStep(NamedTuple):
+    obs: jax.Array  # after auto-reset
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # before auto-reset: the next observation a transition stores
+    episode_return: jax.Array  # return of the episode that ended here, else 0
+    episode_length: jax.Array
+
+
+def env_reset(key, env, env_params, num_envs):
+    key, reset_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    state = jax.tree.map(lambda x: x.astype(x.dtype), state)  # weak types made strong: one compilation
+    return obs.astype(jnp.float32), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
+
+
+def env_step(state: EnvState, action, env, env_params, num_envs):
+    """Steps every env (auto-reset) and keeps the episode statistics on device."""
+    key, step_key = jax.random.split(state.key)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(step_key, num_envs), state.env, action, env_params)
+    reward, done = reward.astype(jnp.float32), terminated | truncated
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+    step = EnvStep(obs.astype(jnp.float32), reward, terminated, truncated, info["final_observation"].astype(jnp.float32),
+                   jnp.where(done, episode_return, 0.0), jnp.where(done, episode_length, 0.0))
+    return EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length)), step
+
+
+# The envs in torch (--torch-env), ppo_torch.py's continuous ones, formula for formula: Gymnax's classic-control
+# step_env on a (num_envs, ...) batch on torch's device. Spaces and time limits are the Gymnax env's own; a fresh
+# state is uniform in Gymnax's box, drawn by torch's generator.
+def mountain_car_continuous(s, action):
+    """MountainCarContinuous-v0: the car pushed by a force in [-1, 1]; 100 for reaching the goal, less 0.1 x
+    the force squared. Gymnax stops a car that rolls back at the goal (Gymnasium stops it at the left wall)."""
+    position, velocity = s.unbind(-1)
+    velocity = (velocity + action[:, 0] * 0.0015 - torch.cos(3 * position) * 0.0025).clamp(-0.07, 0.07)
+    position = (position + velocity).clamp(-1.2, 0.6)
+    velocity = velocity * ~((position >= 0.45) & (velocity < 0))
+    goal = (position >= 0.45) & (velocity >= 0.0)
+    return torch.stack([position, velocity], -1), -0.1 * action[:, 0]**2 + 100 * goal, goal
+
+
+def pendulum(s, action):
+    """Pendulum-v1: a torque in [-2, 2] on the pendulum; the reward is minus the cost of its angle from
+    upright, its speed and the torque. It never terminates: its time limit truncates it."""
+    g, m, l, dt = 10.0, 1.0, 1.0, 0.05  # noqa: E741 (Gymnax's names)
+    theta, theta_dot, u = *s.unbind(-1), action[:, 0]
+    reward = -((torch.remainder(theta + math.pi, 2 * math.pi) - math.pi)**2 + 0.1 * theta_dot**2 + 0.001 * u**2)
+    theta_dot = (theta_dot + (3 * g / (2 * l) * torch.sin(theta) + 3.0 / (m * l**2) * u) * dt).clamp(-8.0, 8.0)
+    return torch.stack([theta + theta_dot * dt, theta_dot], -1), reward, torch.zeros_like(theta, dtype=torch.bool)
+
+
+def cos_sin(s, angles: int):
+    """The observation of a state whose first entries are angles: the cos and sin of each, then the rest."""
+    trig = [f(s[:, i]) for i in range(angles) for f in (torch.cos, torch.sin)]
+    return torch.cat([torch.stack(trig, -1), s[:, angles:]], -1)
+
+
+TORCH_ENVS = {  # each one's step, observation and start box (Gymnax's reset_env: uniform from low to high)
+    "MountainCarContinuous-v0": (mountain_car_continuous, lambda s: s, (-0.6, 0.0), (-0.4, 0.0)),
+    "Pendulum-v1": (pendulum, lambda s: cos_sin(s, 1), (-math.pi, -1.0), (math.pi, 1.0)),
+}
+
+
+class TorchEnv(NamedTuple):
+    """A Gymnax env in torch: its step and observation, its start box on torch's device, and the Gymnax env
+    whose spaces it has (and whose params, the time limit among them, the vector step takes)."""
+    step: Callable  # (states, actions) -> (next states, rewards, terminated)
+    observe: Callable  # states -> observations
+    low: torch.Tensor
+    high: torch.Tensor
+    gymnax: object
+
+    def action_space(self, params):
+        return self.gymnax.action_space(params)
+
+    def observation_space(self, params):
+        return self.gymnax.observation_space(params)
+
+    def fresh(self, num_envs: int, generator=None):
+        """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator, or this one)."""
+        # passed only when given: torch.rand with a generator takes no symbolic sizes, which torch.compile may make
+        mine = {} if generator is None else {"generator": generator}
+        draw = torch.rand(num_envs, len(self.low), device=self.low.device, **mine)
+        return torch.lerp(self.low, self.high, draw)
+
+
+def make_torch_env(env_id: str, device):
+    """The env in torch and the Gymnax env's params, or exit 2 if it has none."""
+    if env_id not in TORCH_ENVS:
+        fail(f"--torch-env has no torch twin of {env_id!r}; it has {', '.join(TORCH_ENVS)}")
+    step, observe, low, high = TORCH_ENVS[env_id]
+    env, env_params = make_env(env_id)
+    low, high = torch.tensor(low, device=device), torch.tensor(high, device=device)
+    return TorchEnv(step, observe, low, high, env), env_params
+
+
+def torch_env_reset(env: TorchEnv, num_envs: int, generator=None):
+    """Fresh envs: (observations, EnvState); the state of each env is its physics and its time step."""
+    physics = env.fresh(num_envs, generator)
+    zeros = lambda dtype=torch.float32: torch.zeros(num_envs, dtype=dtype, device=physics.device)
+    # three tensors, not one three times: torch.compile would guard on the aliasing and compile again
+    return env.observe(physics), EnvState(None, (physics, zeros(torch.int32)), zeros(), zeros())
+
+
+def torch_env_step(state: EnvState, action, env: TorchEnv, env_params):
+    """env_step with the env in torch: every env steps, one that ended (terminated, or reached the time limit)
+    starts a fresh episode in the same step, and the statistics are kept as env_step keeps them."""
+    physics, elapsed = state.env
+    physics, reward, terminated = env.step(physics, action)
+    elapsed = elapsed + 1
+    truncated = elapsed >= env_params.max_steps_in_episode
+    done = terminated | truncated
+    final_obs = env.observe(physics)
+    physics, elapsed = torch.where(done[:, None], env.fresh(len(physics)), physics), torch.where(done, 0, elapsed)
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+    step = EnvStep(env.observe(physics), reward, terminated, truncated, final_obs,
+                   torch.where(done, episode_return, 0.0), torch.where(done, episode_length, 0.0))
+    state = EnvState(None, (physics, elapsed), torch.where(done, 0.0, episode_return),
+                     torch.where(done, 0.0, episode_length))
+    return state, step
+
+
+# %% model
+def layer_init(layer: nn.Module, scale: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, scale)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
+    """ReLU between layers; orthogonal weights (gain sqrt 2, the output's 1) and zero biases, as the PPO scripts'."""
+    layers = []
+    for width in hidden:
+        layers += [layer_init(nn.Linear(in_dim, width), np.sqrt(2)), nn.ReLU()]
+        in_dim = width
+    return nn.Sequential(*layers, layer_init(nn.Linear(in_dim, out_dim), 1.0))
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log-std, squashed into this range (CleanRL's)
+
+
+class Actor(nn.Module):
+    """The Gaussian before tanh: an MLP with ReLU, then a mean head and a log-std head (CleanRL's)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], bounds):
+        super().__init__()
+        sizes = (obs_dim, *hidden)  # the hidden layers, each with its ReLU, as mlp's
+        self.trunk = nn.Sequential(*(m for i, o in zip(sizes, sizes[1:])
+                                     for m in (layer_init(nn.Linear(i, o), np.sqrt(2)), nn.ReLU())))
+        self.fc_mean, self.fc_logstd = (layer_init(nn.Linear(hidden[-1], len(bounds[0])), 1.0) for _ in range(2))
+        low, high = (torch.tensor(b, dtype=torch.float32) for b in bounds)
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_buffer("action_bias", (high + low) / 2)
+
+    def forward(self, obs):
+        x = self.trunk(obs)
+        log_std = torch.tanh(self.fc_logstd(x))
+        return self.fc_mean(x), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+
+    def sample(self, obs, noise):
+        """The tanh-squashed sample (noise: standard normal, one per action) in the bounds, and its
+        log-probability, tanh's change of variables included."""
+        mean, log_std = self(obs)
+        squashed = torch.tanh(mean + log_std.exp() * noise)
+        log_prob = (-0.5 * noise**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1) - torch.log(
+            self.action_scale * (1 - squashed**2) + 1e-6).sum(-1)
+        return squashed * self.action_scale + self.action_bias, log_prob
+
+
+class Critic(nn.Module):
+    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], action_dim: int):
+        super().__init__()
+        self.net = mlp(obs_dim + action_dim, hidden, 1)
+
+    def forward(self, obs, action):
+        return self.net(torch.cat([obs, action], -1))[..., 0]
+
+
+class Networks(NamedTuple):
+    actor: Actor
+    qf1: Critic
+    qf2: Critic
+    qf1_target: Critic
+    qf2_target: Critic
+    log_alpha: torch.Tensor  # alpha's log, learned (0: alpha starts at 1, as CleanRL's)
+    actor_optimizer: torch.optim.Adam
+    q_optimizer: torch.optim.Adam  # one over both critics, as CleanRL's
+    a_optimizer: torch.optim.Adam
+
+
+def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
+    """The actor, the twin critics and their targets (copies), log alpha, and CleanRL's three Adams."""
+    hidden, action_dim = MODELS[args.model], len(bounds[0])
+    actor = Actor(obs_dim, hidden, bounds).to(device)
+    qf1, qf2 = (Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2))
+    target = lambda net: copy.deepcopy(net).requires_grad_(False)
+    # 0 where tuned (alpha starts at 1, CleanRL's); else the fixed alpha's log, never stepped
+    log_alpha = torch.tensor(1.0 if args.autotune else args.alpha, device=device).log().requires_grad_()
+    # a tensor learning rate; compiled, the multi-tensor Adam fuses into the update and keeps its step count on
+    # the device (capturable), as CUDA graphs need; eager, CleanRL's Adam of sac_torch.py
+    kind = dict(foreach=True, capturable=True) if args.compile_mode != "none" else {}
+    adam = lambda params, lr: torch.optim.Adam(params, lr=torch.tensor(lr, device=device), **kind)
+    return Networks(actor, qf1, qf2, target(qf1), target(qf2), log_alpha, adam(actor.parameters(), args.policy_lr),
+                    adam([*qf1.parameters(), *qf2.parameters()], args.q_lr), adam([log_alpha], args.q_lr))
+
+
+# saving and loading: torch's own format, with what it fits
+MODEL_FILE, SAVED_BY = "model.pt", "sac_torch_compile.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, nets: Networks, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    torch.save({"meta": meta, **{name: net if name == "log_alpha" else net.state_dict()
+                                 for name, net in nets._asdict().items()}}, os.path.join(run_dir, MODEL_FILE))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """What a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        meta = saved["meta"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+# %% replay buffer
+class Buffer:
+    """A ring of transitions: CleanRL's (SB3's) layout, the true last observation of a truncated episode as
+    its next observation; as tensors on torch's device, or (host) as NumPy arrays sampled by NumPy, each
+    batch handed to the device (CleanRL's). A sample draws from the written rows only."""
+
+    def __init__(self, capacity: int, obs_dim: int, action_dim: int, device, host: bool, seed: int):
+        self.device, self.host, self.pos, self.size = device, host, 0, 0
+        self.rng = np.random.default_rng(seed) if host else None
+        make = ((lambda *shape, dtype=np.float32: np.zeros((capacity, *shape), dtype)) if host else
+                (lambda *shape, dtype=torch.float32: torch.zeros((capacity, *shape), dtype=dtype, device=device)))
+        self.stores = (make(obs_dim), make(obs_dim), make(action_dim), make(), make(dtype=np.bool_ if host else torch.bool))
+
+    def add(self, *transition):
+        """One row per env (obs, next_obs, action, reward, terminated), overwriting the oldest once full."""
+        capacity, n = len(self.stores[0]), len(transition[0])
+        rows = (np.arange(self.pos, self.pos + n) if self.host else  # made on the device: no copy to it per step
+                torch.arange(self.pos, self.pos + n, device=self.device)) % capacity
+        for store, x in zip(self.stores, transition):
+            store[rows] = x.cpu().numpy() if self.host else x
+        self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
+
+    def sample(self, batch_size: int):
+        if self.host:
+            rows = self.rng.integers(0, self.size, batch_size)
+            return tuple(torch.from_numpy(store[rows]).to(self.device) for store in self.stores)
+        rows = torch.randint(0, self.size, (batch_size,), device=self.device)
+        return tuple(store[rows] for store in self.stores)
+
+
+# %% the critics', the actor's and alpha's updates
+def alpha_of(nets: Networks) -> torch.Tensor:
+    """The entropy coefficient, a tensor on the device (no copy to it per step, no sync)."""
+    return nets.log_alpha.detach().exp()
+
+
+def critic_grads(nets: Networks, batch, noise, args: Args):
+    """Both critics' squared errors against one target, and their gradients: the smaller of the two target
+    critics at the actor's sampled next action, less alpha times its log-probability, not bootstrapped through a
+    termination."""
+    obs, next_obs, action, reward, terminated = batch
+    with torch.no_grad():
+        next_action, next_log_prob = nets.actor.sample(next_obs, noise)
+        next_q = torch.minimum(nets.qf1_target(next_obs, next_action), nets.qf2_target(next_obs, next_action))
+        target = reward + (~terminated).float() * args.gamma * (next_q - alpha_of(nets) * next_log_prob)
+    q1, q2 = nets.qf1(obs, action), nets.qf2(obs, action)
+    loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+    loss.backward()
+    return loss.detach(), q1.detach().mean()
+
+
+def critic_update(nets: Networks, batch, noise, args: Args):
+    """One Adam step on both critics (the gradients apart, as dqn_torch.py's td_grads)."""
+    nets.q_optimizer.zero_grad()
+    stats = critic_grads(nets, batch, noise, args)
+    nets.q_optimizer.step()
+    return stats
+
+
+def actor_grads(nets: Networks, obs, noise, args: Args):
+    action, log_prob = nets.actor.sample(obs, noise)
+    loss = (alpha_of(nets) * log_prob - torch.minimum(nets.qf1(obs, action), nets.qf2(obs, action))).mean()
+    loss.backward()
+    return loss.detach()
+
+
+def alpha_grads(nets: Networks, obs, noise, target_entropy: float):
+    with torch.no_grad():
+        log_prob = nets.actor.sample(obs, noise)[1]
+    loss = (-nets.log_alpha.exp() * (log_prob + target_entropy)).mean()
+    loss.backward()
+    return loss.detach()
+
+
+def actor_update(nets: Networks, obs, noise, args: Args):
+    """One Adam step of the actor down alpha times its sample's log-probability less the smaller critic's value of
+    it; then, tuned, one of log alpha towards the target entropy, on a fresh sample of the updated actor (noise:
+    both draws). The critics' gradients it leaves are cleared by their next step."""
+    nets.actor_optimizer.zero_grad()
+    loss = actor_grads(nets, obs, noise[0], args)
+    nets.actor_optimizer.step()
+    if not args.autotune:
+        return loss, torch.zeros_like(loss)
+    nets.a_optimizer.zero_grad()
+    alpha_loss = alpha_grads(nets, obs, noise[1], -float(nets.actor.action_scale.numel()))
+    nets.a_optimizer.step()
+    return loss, alpha_loss
+
+
+def polyak(nets: Networks, tau: float):
+    """Each critic target a Polyak step towards its critic."""
+    with torch.no_grad():
+        for online, target in ((nets.qf1, nets.qf1_target), (nets.qf2, nets.qf2_target)):
+            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+# %% training loop
+class Runner(NamedTuple):
+    env_state: EnvState
+    obs: torch.Tensor
+    global_step: int  # env steps so far, over all envs: CleanRL's global_step
+
+
+@jax.jit
+def stack_jax(steps: list[EnvStep]) -> EnvStep:
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *steps)  # one call for the whole iteration
+
+
+def stack_steps(steps: list[EnvStep]) -> EnvStep:
+    """The iteration's env steps as one: Gymnax's JAX arrays in one call, the torch env's tensors by torch."""
+    return EnvStep(*map(torch.stack, zip(*steps))) if isinstance(steps[0].obs, torch.Tensor) else stack_jax(steps)
+
+
+def to_jax(action: torch.Tensor):
+    """torch -> JAX without a copy: DLPack on a GPU; on a CPU a NumPy view, which jit takes for less."""
+    return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
+
+
+@torch.no_grad()
+def act(actor: Actor, obs, uniform: bool):
+    """Each env's action: uniform in the bounds (before learning starts), else a sample of the actor."""
+    low, high = actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale
+    shape = (len(obs), len(low))
+    if uniform:
+        return torch.lerp(low, high, torch.rand(shape, device=obs.device))
+    return actor.sample(obs, torch.randn(shape, device=obs.device))[0]
+
+
+def iteration(nets: Networks, buffer: Buffer, runner: Runner, env_step_fn, args: Args):
+    """log_frequency env steps: act, step, store, and on CleanRL's steps update."""
+    steps, qf_losses, q1s, actor_losses, alpha_losses = [], [], [], [], []
+    for _ in range(args.log_frequency // args.num_envs):
+        t = runner.global_step
+        torch.compiler.cudagraph_mark_step_begin()  # a new CUDA-graph step: earlier outputs may be reused
+        action = act(nets.actor, runner.obs, t < args.learning_starts).clone()
+        env_state, out = env_step_fn(runner.env_state, action)
+        buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
+                   torch.from_dlpack(out.terminated))
+        # CleanRL updates the critics at every global_step > learning-starts, the actor and alpha policy-frequency
+        # times where it is also a multiple of policy-frequency, the targets where it is one of
+        # target-network-frequency; with n envs a vector step covers global steps t..t+n-1
+        if t > args.learning_starts:
+            batch = buffer.sample(args.batch_size)
+            torch.compiler.cudagraph_mark_step_begin()
+            qf_loss, q1 = critic_update(nets, batch, torch.randn_like(batch[2]), args)
+            qf_losses.append(qf_loss.clone()), q1s.append(q1.clone())  # kept past the graph's next replay
+            if (-t) % args.policy_frequency < args.num_envs:
+                for _ in range(args.policy_frequency):
+                    torch.compiler.cudagraph_mark_step_begin()
+                    loss, alpha_loss = actor_update(nets, batch[0], torch.randn(2, *batch[2].shape,
+                                                                                device=batch[2].device), args)
+                    actor_losses.append(loss.clone()), alpha_losses.append(alpha_loss.clone())
+            if (-t) % args.target_network_frequency < args.num_envs:
+                polyak(nets, args.tau)
+        runner = Runner(env_state, torch.from_dlpack(out.obs), t + args.num_envs)
+        steps.append(out)
+    out = stack_steps(steps)
+    mean = lambda xs: torch.stack(xs).mean() if xs else 0.0
+    stats = {"episodes": (out.terminated | out.truncated).sum(), "episodic_return_sum": out.episode_return.sum(),
+             "episodic_length_sum": out.episode_length.sum(), "updates": len(qf_losses),
+             "actor_updates": len(actor_losses) // args.policy_frequency, "qf_loss": mean(qf_losses),
+             "qf1_values": mean(q1s), "actor_loss": mean(actor_losses), "alpha_loss": mean(alpha_losses),
+             "alpha": alpha_of(nets)}
+    return runner, stats
+
+
+def evaluate(actor: Actor, key, env, env_params, num_episodes: int, seed: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs, the actor's mean action (squashed): their returns."""
+    returns, done, device = np.zeros(num_episodes), np.zeros(num_episodes, bool), actor.action_scale.device
+    host = lambda x: torch.from_dlpack(x).cpu().numpy()  # a JAX array or a tensor, on any device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+        torch.manual_seed(seed)  # the torch env's fresh states: the seed's own stream, training's left as is
+        if isinstance(env, TorchEnv):
+            obs, env_state = torch_env_reset(env, num_episodes)
+            step = partial(torch_env_step, env=env, env_params=env_params)
+        else:
+            obs, env_state = env_reset(key, env, env_params, num_episodes)
+            jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
+            step = lambda state, action: jax_step(state, to_jax(action))
+        while not done.all():  # a loop on the host: evaluation is not timed
+            mean = actor(torch.from_dlpack(obs))[0]
+            env_state, out = step(env_state, torch.tanh(mean) * actor.action_scale + actor.action_bias)
+            ended = host(out.terminated | out.truncated) & ~done  # each env's first episode only
+            returns[ended] = host(out.episode_return)[ended]
+            done, obs = done | ended, out.obs
+    return returns
+
+
+# %% logging
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "gymnasium", "minatar", "torch")
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    threads |= {"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads(),
+                "torch_backend": torch.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
+                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+class RunLog:
+    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
+    summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.episodes = []  # (count, return sum) per iteration
+
+    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.log_frequency
+        write("time/iteration", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        write("charts/SPS", args.log_frequency / seconds, step)
+        if stats["updates"]:  # none before learning-starts
+            write("losses/qf_loss", stats["qf_loss"], step)
+            write("losses/qf1_values", stats["qf1_values"], step)
+        if stats["actor_updates"]:
+            write("losses/actor_loss", stats["actor_loss"], step)
+            write("losses/alpha", stats["alpha"], step)
+            if self.args.autotune:
+                write("losses/alpha_loss", stats["alpha_loss"], step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def torch_device() -> torch.device:
+    """The device JAX steps the environments on, so that DLPack hands arrays over without a copy."""
+    return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
+
+
+def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None) -> Networks:
+    # drives init, exploration and the device buffer's sampling; JAX the environments (--torch-env: torch)
+    torch.manual_seed(args.seed)
+    device, obs_dim, bounds = torch_device(), env.observation_space(env_params).shape[0], action_bounds(env, env_params)
+    if not args.torch_env:  # the environments' reset as one compiled call, compiled without optimizing it: it runs once
+        reset = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))
+        obs, env_state = reset.lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
+    mode = {"auto": "reduce-overhead" if device.type == "cuda" else "default"}.get(args.compile_mode, args.compile_mode)
+    if args.compile_mode != "none":
+        compile_hot_paths(mode)
+    nets = make_networks(obs_dim, bounds, args, device)
+    if saved is not None:  # the weights, the targets, alpha and Adam's states; the buffer starts empty
+        with torch.no_grad():
+            nets.log_alpha.copy_(saved["log_alpha"])
+        for name, net in nets._asdict().items():
+            if name != "log_alpha":
+                net.load_state_dict(saved[name])
+    buffer = Buffer(args.buffer_size, obs_dim, len(bounds[0]), device, args.buffer == "host", args.seed)
+    if args.torch_env:  # reset after the weights are drawn: a seed's weights are the same with either env
+        obs, env_state = torch_env_reset(env, args.num_envs)
+        env_step_fn = partial(torch_env_step, env=env, env_params=env_params)
+        if args.compile_mode != "none":  # the env's step compiled too: the policy's and the env's, two graphs a step
+            compiled_step = torch.compile(env_step_fn, mode=mode, fullgraph=True)
+            keep = partial(jax.tree.map, torch.clone) if mode == "reduce-overhead" else lambda x: x  # past a replay
+            env_step_fn = lambda state, action: keep(compiled_step(state, action))
+    else:
+        jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs), donate_argnums=0)
+        env_step_fn = lambda state, action: jax_step(state, to_jax(action))  # torch's action handed to JAX
+    runner = Runner(env_state, torch.from_dlpack(obs), 0)
+    # torch needs each env step's result at once: on the CPU, JAX then does better to run a call in
+    # the calling thread than to hand it to a worker thread (async dispatch)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        compiling = args.compile_mode != "none" or not args.torch_env
+        first = f"{log.variant}: iteration 0" + (", compiling" if compiling else "")
+        task = progress.add_task(first, total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            runner, stats = iteration(nets, buffer, runner, env_step_fn, args)
+            stats = {k: float(v) for k, v in stats.items()}  # the host fetch, which waits for the iteration
+            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+    return nets
+
+
+def compile_hot_paths(mode: str):
+    """torch.compile the policy step and both updates where they are called, LeanRL style."""
+    global act, critic_update, actor_update
+    torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the compiled graph
+    act = torch.compile(act, mode=mode, fullgraph=True)
+    # torch.optim's zero_grad and step break the graph on purpose
+    critic_update, actor_update = torch.compile(critic_update, mode=mode), torch.compile(actor_update, mode=mode)
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "buffer_size", "batch_size", "policy_frequency", "target_network_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("policy_lr", "q_lr"), lambda x: 0 < x < math.inf),
+    ">= 0": (("alpha",), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "tau"), lambda x: 0 <= x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+             f"total_timesteps={args.total_timesteps}")
+    if args.policy_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
+        fail(f"policy_frequency={args.policy_frequency} and target_network_frequency={args.target_network_frequency} "
+             f"must be at least num_envs={args.num_envs}: one vector step makes at most one of each")
+    if args.batch_size > args.buffer_size:
+        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+             f"{args.total_timesteps}): it would never learn")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision, "torch": torch.get_float32_matmul_precision()}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    env, env_params = make_torch_env(args.env_id, torch_device()) if args.torch_env else make_env(args.env_id)
+    saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        nets = train(args, env, env_params, log, saved)
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
+        summary["saved_model"] = save_model(run_dir, nets, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs: the seed key folded with 4, a stream training does not draw from
+            returns = evaluate(nets.actor, jax.random.fold_in(jax.random.key(args.seed), 4), env, env_params,
+                               args.eval_episodes, args.seed)
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()
