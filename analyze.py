@@ -25,6 +25,7 @@ from rich.table import Table
 from analysis import docs
 from analysis.decision import decision_section
 from analysis.dqn import dqn_learning_section, dqn_section
+from analysis.offpolicy import offpolicy_section
 from analysis.agents import agents_section
 from analysis.continuous import continuous_learning_section, continuous_section
 from analysis.cpuenv import cpuenv_section, envscale_section
@@ -74,7 +75,7 @@ def report(args: Report) -> int:
     # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's; the
     # pixel study's envs are MinAtar's, measured with the others, and Atari, which is not Gymnax's)
     times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(
-        ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn"))}))
+        ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn", "offpolicy"))}))
     cx = complexity(times)
     o = Output(out)
     theirs = f" (and {len(cleanrl)} of CleanRL's own scripts)" if cleanrl else ""
@@ -82,7 +83,8 @@ def report(args: Report) -> int:
              ""]
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
-     continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning) = by_experiment.values()
+     continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning,
+     offpolicy) = by_experiment.values()
     # (headline: below)
     decision_section(by_experiment, o)
     write_targets(by_experiment, out)  # what a run's end line compares its return with
@@ -129,6 +131,8 @@ def report(args: Report) -> int:
         dqn_section(dqn, o)
     if dqn_learning:
         dqn_learning_section(dqn_learning, o, [r for r in cleanrl if r.experiment == "dqn-learning"])
+    if offpolicy:
+        offpolicy_section(offpolicy, o)
     if gpu:
         gpu_section(gpu, headline, o)
     if tuning:
@@ -141,7 +145,8 @@ def report(args: Report) -> int:
     # learning parity: one agent per run, at the scripts' batch and length, on the cheap envs (not
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
-                  "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile", "dqn", "dqn-learning")
+                  "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile", "dqn", "dqn-learning",
+                  "offpolicy")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     o.claims_table()

@@ -13,8 +13,9 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|gpu
-               one part of the schedule alone (tuning, the continuous, pixel, DQN and GPU ones are not part of sweep)
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|gpu
+               one part of the schedule alone (tuning, the continuous, pixel, off-policy and GPU ones are not
+               part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -76,6 +77,11 @@ Presets (default: sweep)
     dqn-learning  the learning runs behind DQN's table: CartPole-v1 x every DQN script at CleanRL's
              defaults (500,000 env steps), small, and Breakout-MinAtar x {dqn_linen, dqn_torch} x cnn
              at CleanRL's Atari settings for 500,000 env steps (in subfolder breakout); --repeats 3
+    offpolicy  TD3 and SAC (docs/offpolicy.md): Pendulum-v1 x every TD3 and SAC script, the torch ones
+             with their buffer on the device and on the host (-host, CleanRL's NumPy buffer) and on the
+             env in torch (-torchenv), small, 25,000 env steps of which 5,000 before learning starts
+             (SAC's default): time per 1,000 env steps with and without updates, and the learning
+             curves; --repeats 3
     gpu      on a GPU: CartPole-v1 and Breakout-MinAtar x the frameworks as meant to run x 3 model
              sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
              Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
@@ -123,6 +129,8 @@ Everything after -- goes to every script, e.g. -- --num-envs 64
 Variants: dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compile dqn_torch_compile-host
   dqn_torch-torchenv dqn_torch_compile-torchenv dqn_torch_gymnasium dqn_torch_gymnasium-host
   dqn_linen_gymnasium dqn_linen_gymnasium-host (DQN)
+  td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torchenv td3_torch_compile
+  td3_torch_compile-host td3_torch_compile-torchenv, and sac_ the same (TD3 and SAC)
   linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_compile-torchenv torch_gymnasium torch_gymnasium-vector
@@ -202,6 +210,11 @@ TRAIN_FREQUENCIES=(1 4 10)   # dqn: the update-to-data ratio, one update every k
 DQN_STEPS=25000              # dqn: 10,000 steps of filling the buffer, then 15 iterations that train
 DQN_ENVS=10                  # dqn: envs stepped at once (PureJaxRL's DQN), an update per vector step
 DQN_PIXELS=(dqn_linen dqn_torch)  # dqn-learning on Breakout-MinAtar's CNN, at CleanRL's Atari settings
+OFFPOLICY=(td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torchenv                # offpolicy
+           td3_torch_compile td3_torch_compile-host td3_torch_compile-torchenv
+           sac_linen sac_nnx sac_equinox sac_torch sac_torch-host sac_torch-torchenv
+           sac_torch_compile sac_torch_compile-host sac_torch_compile-torchenv)
+OFFPOLICY_ARGS="--total-timesteps,25000,--learning-starts,5000"  # 20 iterations that train, 4 that fill
 DQN_PIXELS_ARGS="--total-timesteps,500000,--learning-rate,1e-4,--buffer-size,100000,--batch-size,32,--train-frequency,4,--target-network-frequency,1000,--learning-starts,20000,--end-e,0.01,--exploration-fraction,0.1"
 MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
 PYTHON=${PYTHON:-python}
@@ -250,8 +263,10 @@ variant_command() {
       echo "env_alone.py --backend ${1#env-}" ;;
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
     dqn_linen|dqn_nnx|dqn_equinox|dqn_torch|dqn_torch_compile|dqn_torch_gymnasium|dqn_linen_gymnasium) echo "$1.py" ;;
-    dqn_*-host) echo "${1%-host}.py --buffer host" ;;
-    dqn_*-torchenv) echo "${1%-torchenv}.py --torch-env" ;;
+    td3_linen|td3_nnx|td3_equinox|td3_torch|td3_torch_compile) echo "$1.py" ;;
+    sac_linen|sac_nnx|sac_equinox|sac_torch|sac_torch_compile) echo "$1.py" ;;
+    dqn_*-host|td3_*-host|sac_*-host) echo "${1%-host}.py --buffer host" ;;
+    dqn_*-torchenv|td3_*-torchenv|sac_*-torchenv) echo "${1%-torchenv}.py --torch-env" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
     *) return 1 ;;
   esac
@@ -266,6 +281,7 @@ offers() {  # whether variant $1 can step env $2: a vectorization offers only so
     *-torchenv|env-torch|env-torch-compile) contains "$2" "${TORCH_ENV_ENVS[@]}" ;;  # the envs written in torch
     env-gymnax|env-gymnax-dlpack) ! contains "$2" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;
     dqn_*) ! contains "$2" "${CONTINUOUS_ENVS[@]}" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;  # discrete, a Gymnax id
+    td3_*|sac_*) contains "$2" "${CONTINUOUS_ENVS[@]}" ;;  # continuous, a Gymnax id
     *) ! contains "$2" "${ATARI_ENVS[@]}" ;;
   esac
 }
@@ -318,9 +334,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|gpu) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|gpu) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, gpu or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, gpu or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -361,16 +377,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn*) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn*) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -481,6 +497,7 @@ for r in $(seq 1 "$repeats"); do
       dqn-learning)
         add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" -- small
         add dqn-learning "$r" async breakout "$DQN_PIXELS_ARGS" Breakout-MinAtar -- "${DQN_PIXELS[@]}" -- cnn ;;
+      offpolicy) add offpolicy "$r" async - "$OFFPOLICY_ARGS" Pendulum-v1 -- "${OFFPOLICY[@]}" -- small ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
@@ -544,7 +561,7 @@ command_of() {
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }

@@ -29,6 +29,8 @@ DQN = ("dqn_linen", "dqn_nnx", "dqn_equinox", "dqn_torch", "dqn_torch-host", "dq
        "dqn_torch_compile-host")  # each torch script with its buffer on the device and on the host
 DQN_OWN = ("dqn_linen", "dqn_nnx", "dqn_equinox", "dqn_torch-torchenv", "dqn_torch_compile-torchenv")
 DQN_CPU = ("dqn_torch_gymnasium", "dqn_torch_gymnasium-host", "dqn_linen_gymnasium", "dqn_linen_gymnasium-host")
+OFFPOLICY = ("linen", "nnx", "equinox", "torch", "torch-host", "torch_compile", "torch_compile-host")  # TD3's, SAC's
+OFFPOLICY_OWN = ("linen", "nnx", "equinox", "torch-torchenv", "torch_compile-torchenv")
 MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats
 RUN_LENGTH = 1_000_000  # env steps (per agent): the run whose whole time the table also compares
 
@@ -48,7 +50,8 @@ def run_of_length(run) -> float | None:
 
 
 def framework(variant: str) -> str:
-    return "PyTorch" if variant.removeprefix("dqn_").startswith("torch") else "JAX"
+    base = variant.split("_", 1)[1] if variant.startswith(("dqn_", "td3_", "sac_")) else variant  # the algorithm off
+    return "PyTorch" if base.startswith("torch") else "JAX"
 
 
 @dataclass
@@ -123,6 +126,13 @@ REGIMES = [
     Regime("DQN, CPU env", "the same DQN on CartPole-v1's Gymnasium twin, a Python loop of env steps (CleanRL's dqn.py "
            "and dqn_jax.py setups), an update every 10 env steps", "dqn", ("CartPole-v1",), variants=DQN_CPU,
            also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning"),
+    *(Regime(f"{alg}, JAX env", f"{alg} (CleanRL's {script}) on Pendulum-v1 in Gymnax, an update every env step, "
+             "each framework's replay buffer where it was fastest (device or host)", "offpolicy", ("Pendulum-v1",),
+             variants=tuple(f"{alg.lower()}_{v}" for v in OFFPOLICY), value=dqn.steady, learning="offpolicy")
+      for alg, script in (("TD3", "td3_continuous_action.py"), ("SAC", "sac_continuous_action.py"))),
+    *(Regime(f"{alg}, each framework's own env", f"the same {alg}, JAX stepping Gymnax, PyTorch the same Pendulum-v1 "
+             "written in torch", "offpolicy", ("Pendulum-v1",), variants=tuple(f"{alg.lower()}_{v}" for v in OFFPOLICY_OWN),
+             value=dqn.steady) for alg in ("TD3", "SAC")),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
            also=lambda r: precision(r) == "float32"),
 ]
@@ -325,8 +335,8 @@ def decision_section(by_experiment: dict, out):
               [[row["regime"].name, verdict_cell(row["whole"]), verdict_cell(row["target"], "no learning runs")]
                for row in rows],
               block="decision-length",
-              note=f"{RUN_LENGTH / 1e6:g}M env steps: start-up, iterations 0..{STEADY_FROM - 1} as measured (DQN's: "
-                   "up to learning starts), then the steady iteration. Target: "
+              note=f"{RUN_LENGTH / 1e6:g}M env steps: start-up, iterations 0..{STEADY_FROM - 1} as measured (DQN's, "
+                   "TD3's and SAC's: up to learning starts), then the steady iteration. Target: "
                    f"{SHARE:.0%} of the way from the runs' start to the best variant's median final return "
-                   f"(results/targets.json), timed on {timed}; DQN's from its own (dqn-learning); a pick that never "
+                   f"(results/targets.json), timed on {timed}; DQN's, TD3's and SAC's from their own (dqn-learning, offpolicy); a pick that never "
                    "reached it is counted, outside the ratio.")

@@ -16,8 +16,10 @@ STARTUP = 1.5  # seconds from a fake run's start to its first iteration
 
 
 def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False, final_return=100.0, device="cpu",
-             rollout_only=False, rollout_share=0.25, session=None, summary=None, steps_per_iteration=8192, **args):
-    """A run directory as the scripts write it, with the given durations (and arguments, and summary entries)."""
+             rollout_only=False, rollout_share=0.25, session=None, summary=None, steps_per_iteration=8192,
+             start_return=0.0, **args):
+    """A run directory as the scripts write it, with the given durations (and arguments, and summary entries); its
+    returns climb in a line from start_return to final_return."""
     from tensorboard.summary import Writer
 
     run_dir = root / f"{env_id}__{variant}__{model}__s{seed}__{1_000_000 + seed}"
@@ -34,7 +36,7 @@ def fake_run(root, variant, env_id, model, seed, total, iterations, synced=False
         step = (i + 1) * steps_per_iteration
         writer.add_scalar("time/iteration", seconds, step, wall_time=1000.0 + sum(iterations[: i + 1]))
         writer.add_scalar("memory/peak_rss_mb", 100.0 + i, step)
-        writer.add_scalar("charts/episodic_return", final_return * (i + 1) / len(iterations), step,
+        writer.add_scalar("charts/episodic_return", start_return + (final_return - start_return) * (i + 1) / len(iterations), step,
                           wall_time=1000.0 + sum(iterations[: i + 1]))
         if rollout_only:  # env_alone.py: every iteration is a rollout
             writer.add_scalar("time/rollout", seconds, step)
@@ -420,6 +422,57 @@ def test_dqn_by_hand(tmp_path):
                          ("dqn-cpu-env-torch-faster-than-linen-every-10", "no"),  # not run
                          ("dqn-cnn-learns-breakout", "no"), ("dqn-every-run-reached-475", "no"),
                          ("dqn-finals-level-with-cleanrl", "yes"), ("dqn-cleanrl-jax-ends-below-475-too", "no")):
+        assert report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
+
+
+def test_offpolicy_by_hand(tmp_path):
+    """TD3's and SAC's study on runs whose durations are known: seconds per 1,000 env steps while training, filling
+    the buffer and over a 1M-step run, each over its algorithm's Linen, with the buffer's place and the env's
+    language; the same runs' learning table against -200; their decision rows and their own target."""
+    from analysis import decision, offpolicy
+
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    # iteration 0 compiles; 4 fill the buffer (0.1 s); the first update's iteration (9 s) is neither; 19 train
+    iterations = lambda factor: [3.0] + [0.1] * 4 + [9.0] + [0.2 * factor] * 19
+    factors = {"td3_linen": 1.0, "td3_nnx": 1.1, "td3_equinox": 1.15, "td3_torch": 2.0, "td3_torch-host": 3.0,
+               "td3_torch-torchenv": 2.5, "td3_torch_compile": 1.5, "td3_torch_compile-host": 2.5,
+               "td3_torch_compile-torchenv": 1.8, "sac_linen": 0.8, "sac_torch": 1.6}  # SAC's over its own Linen
+    for seed in (1, 2, 3):
+        for variant, factor in factors.items():  # from -1,400 up to -150 (NNX's seed 3: -250)
+            fake_run(runs_dir / "offpolicy" / f"r{seed}", variant, "Pendulum-v1", "small", seed, 40.0,
+                     iterations(factor), final_return=-250.0 if (variant, seed) == ("td3_nnx", 3) else -150.0,
+                     start_return=-1400.0, steps_per_iteration=1000, log_frequency=1000, learning_starts=5000,
+                     total_timesteps=25_000)
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "CleanRL's settings but 25,000 env steps of which the first 5,000 only fill the buffer" in report
+    assert "| TD3 | Flax Linen | device | Gymnax | 0.2 (0.2–0.2, 3 repeats) | 1 | 1 | 1 |" in report
+    assert ("| TD3 | PyTorch, eager, buffer on the host | host | Gymnax | 0.6 (0.6–0.6, 3 repeats) | 3.00x (3.00–3.00, "
+            "3 repeats) | 1.00x (1.00–1.00, 3 repeats) |") in report
+    assert "| TD3 | PyTorch, torch.compile, its env in torch | device | torch | 0.36 (0.36–0.36, 3 repeats) | 1.80x" in report
+    assert "| SAC | Flax Linen | device | Gymnax | 0.16 (0.16–0.16, 3 repeats) | 1 | 1 | 1 |" in report
+    assert "| SAC | PyTorch, eager | device | Gymnax | 0.32 (0.32–0.32, 3 repeats) | 2.00x (2.00–2.00, 3 repeats) |" in report
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    one = next(r for r in loaded if r.variant == "td3_torch")
+    # start-up, the 6 iterations up to the first update's (3 + 0.4 + 9), then 994 steady ones
+    assert offpolicy.run_length(one, 1_000_000) == pytest.approx(STARTUP + 12.4 + 994 * 0.4)
+    assert "| Flax Linen | -150.0, -150.0, -150.0 | 3 of 3 |" in report and "| Flax NNX | -150.0, -150.0, -250.0 | 2 of 3 |" in report
+    by_experiment = {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS}
+    rows = {row["regime"].name: row for row in decision.decision_rows(by_experiment)}
+    td3 = rows["TD3, JAX env"]  # PyTorch's pick: compiled, with its buffer on the device
+    assert (td3["winner"], td3["loser"]) == ("td3_linen", "td3_torch_compile") and td3["row"]["geomean"] == pytest.approx(1.5)
+    assert rows["SAC, JAX env"]["row"]["geomean"] == pytest.approx(2.0)
+    assert rows["TD3, each framework's own env"]["loser"] == "td3_torch_compile-torchenv"
+    # its own target: 90% of the way from the first return, -1,350, to the best median final, -150: -270, first
+    # reached by the 23rd iteration (3 + 0.4 + 9, then 17 steady ones)
+    reached = td3["target"]
+    assert reached["row"]["geomean"] == pytest.approx((STARTUP + 12.4 + 17 * 0.3) / (STARTUP + 12.4 + 17 * 0.2))
+    for claim, holds in (("td3-linen-faster-than-torch-on-gymnax", "yes"), ("td3-compiled-faster-than-eager", "yes"),
+                         ("td3-nnx-equinox-within-20-percent-of-linen", "yes"),
+                         ("td3-linen-faster-than-torch-on-its-own-env", "yes"),
+                         ("sac-linen-faster-than-torch-on-gymnax", "no"),  # not every torch variant ran
+                         ("offpolicy-every-run-ends-at--200", "no")):
         assert report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
 
 

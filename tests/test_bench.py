@@ -205,6 +205,21 @@ def test_dqn_presets():
     assert len(planned("dqn", "--variants", "dqn_linen,dqn_torch-host")) == 2 * 4
 
 
+def test_offpolicy_preset():
+    """offpolicy: every TD3 and SAC script on Pendulum-v1, the torch ones with each buffer and on the env in torch,
+    for the preset's steps and no PPO flag; --variants keeps the listed ones."""
+    lines = planned("offpolicy", "--repeats", "3", "--iterations", "30")
+    assert len(lines) == 18 * 3 and len(set(lines)) == len(lines)
+    assert all(re.search(r"python (td3|sac)_\w+\.py (--buffer host |--torch-env )?--env-id Pendulum-v1 --model small "
+                         r"--seed (?P<seed>\d) --log-dir runs/offpolicy/r(?P=seed) --total-timesteps 25000 --learning-starts 5000$", line)
+               for line in lines), lines
+    for alg in ("td3", "sac"):
+        scripts = {line.split("python ")[1].split(" --env-id")[0] for line in lines if f" {alg}_" in line}
+        assert scripts == {f"{alg}_{fw}.py" for fw in ("linen", "nnx", "equinox", "torch", "torch_compile")} | {
+            f"{alg}_{fw}.py {flag}" for fw in ("torch", "torch_compile") for flag in ("--buffer host", "--torch-env")}
+    assert len(planned("offpolicy", "--variants", "td3_linen,sac_torch-host,dqn_linen")) == 2
+
+
 def test_calibration_writes_what_the_analysis_reads(tmp_path):
     """calibrate.py, which bench.sh runs first in every session, with the scripts' own code."""
     proc = subprocess.run([sys.executable, str(ROOT / "calibrate.py"), "--seconds", "0.05", "--out",

@@ -1,0 +1,88 @@
+"""TD3 and SAC (issue 53, docs/offpolicy.md): each script's time per 1,000 env steps against Linen's in its
+algorithm, with the replay buffer on the device or on the host and the env in Gymnax or in torch, while it only
+fills the buffer, while it trains (an update every env step) and over a whole run; and the same runs' learning
+on Pendulum-v1 (bench.sh offpolicy). An iteration is --log-frequency env steps, as DQN's: its steady state,
+filling phase and run length are dqn.py's."""
+
+from .dqn import filling, finals, learning_table, run_length, steady
+from .output import NAMES, fmt, variant_order
+from .stats import below, median_range, pair_ratios, ratio_row, sessions_note
+
+ALGORITHMS = {"td3": "TD3", "sac": "SAC"}
+SOLVED = -200  # Pendulum-v1's return the issue asks of every script
+RUN_STEPS = 1_000_000  # CleanRL's runs' length: the whole run the table compares
+
+
+def algorithm(variant: str) -> str:
+    return variant.split("_", 1)[0]
+
+
+def linen(variant: str) -> str:
+    return f"{algorithm(variant)}_linen"
+
+
+def where(variant: str) -> tuple[str, str]:
+    """(the buffer's place, the env's language) of a variant."""
+    return "host" if variant.endswith("-host") else "device", "torch" if variant.endswith("-torchenv") else "Gymnax"
+
+
+def ratios(runs, a: str, value) -> list | None:
+    """a's value over its algorithm's Linen's, one per repeat, on Pendulum-v1."""
+    return pair_ratios(runs, a, linen(a), value).get(("Pendulum-v1", "small"))
+
+
+def offpolicy_section(runs, out):
+    a = runs[0].info["args"]  # bench.sh gives every run the same settings
+    out.heading("TD3 and SAC: time per env step, each buffer, each env",
+                f"Every TD3 and SAC script on Pendulum-v1, small networks (CleanRL's 256 and 256 units), CleanRL's "
+                f"settings but {a['total_timesteps']:,} env steps of which the first {a['learning_starts']:,} only fill "
+                f"the buffer, an update at every env step after (bench.sh offpolicy). Steady: seconds per 1,000 env "
+                f"steps over the iterations that train throughout; filling: over those before learning starts; a "
+                f"{RUN_STEPS / 1e6:g}M-step run (CleanRL's length): start-up and the measured iterations up to the "
+                f"steady state, then the steady rate.", sessions_note(runs))
+    whole = lambda r: run_length(r, RUN_STEPS)
+    rows = []
+    for v in variant_order({r.variant for r in runs}):
+        mine = [x for r in runs if r.variant == v and (x := steady(r)) is not None]
+        cell = lambda value: "1" if v == linen(v) else median_range(x, ratio=True) if (
+            x := ratios(runs, v, value)) is not None else "–"
+        rows.append([ALGORITHMS[algorithm(v)], NAMES.get(v, v), *where(v), median_range(mine) if mine else "too short",
+                     cell(steady), cell(filling), cell(whole)])
+    out.table("TD3 and SAC on Pendulum-v1: seconds per 1,000 env steps while training, and each script's time over "
+              "Linen's in its algorithm (time of A / time of B, median (range, n repeats), pairs from one repeat of one "
+              "session)", ["algorithm", "script", "buffer", "env", "steady s / 1,000 steps", "over Linen, steady",
+                           "over Linen, filling the buffer", f"over Linen, a {RUN_STEPS / 1e6:g}M-step run"],
+              rows, block="offpolicy")
+    offpolicy_claims(runs, out)
+    out.heading("TD3 and SAC learning Pendulum-v1",
+                f"The same runs' returns. Final: the mean return of the episodes that ended in the last 10 iterations "
+                f"({10 * a['log_frequency']:,} env steps); solved: {SOLVED} or more, the issue's bar.")
+    learning_table(out, runs, SOLVED, "offpolicy-learning", "TD3 and SAC on Pendulum-v1: ")
+    ended = [f for v in {r.variant for r in runs} for f in finals(runs, v)]
+    out.claim(f"offpolicy-every-run-ends-at-{SOLVED}", len(ended) == len(runs) and min(ended) >= SOLVED, (),
+              f"{sum(f >= SOLVED for f in ended)} of {len(runs)} runs ended at {SOLVED} or more; the lowest "
+              f"{fmt(min(ended, default=float('nan')), 4)}")
+
+
+def offpolicy_claims(runs, out):
+    """What results.md says of the table, each decided from the ranges over repeats: a claim holds only where
+    every pair it names ran and bears it out."""
+    def claim(name, pairs, rule, words):
+        found = {(a, b): pair_ratios(runs, a, b, steady).get(("Pendulum-v1", "small")) for a, b in pairs}
+        rows = {pair: ratio_row([x]) for pair, x in found.items() if x is not None}
+        out.claim(name, len(rows) == len(pairs) and all(rule(row) for row in rows.values()), words,
+                  "; ".join(f"{a} / {b}: {row['median']:.2f}x ({row['min']:.2f}–{row['max']:.2f})"
+                            for (a, b), row in rows.items()) or "not run")
+
+    for alg in ALGORITHMS:
+        torch = [f"{alg}_{v}" for v in ("torch", "torch-host", "torch_compile", "torch_compile-host")]
+        claim(f"{alg}-linen-faster-than-torch-on-gymnax", [(v, f"{alg}_linen") for v in torch],
+              lambda r: below(1, r), ("faster",))
+        claim(f"{alg}-linen-faster-than-torch-on-its-own-env",
+              [(f"{alg}_{v}-torchenv", f"{alg}_linen") for v in ("torch", "torch_compile")], lambda r: below(1, r),
+              ("faster",))
+        claim(f"{alg}-nnx-equinox-within-20-percent-of-linen", [(f"{alg}_{v}", f"{alg}_linen") for v in ("nnx", "equinox")],
+              lambda r: r["max"] <= 1.20, ("within",))
+        claim(f"{alg}-compiled-faster-than-eager", [(f"{alg}_torch_compile", f"{alg}_torch"),
+                                                    (f"{alg}_torch_compile-host", f"{alg}_torch-host")],
+              lambda r: below(r, 1), ("faster",))
