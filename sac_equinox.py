@@ -182,9 +182,10 @@ def relu_mlp(layers: list[eqx.nn.Linear], x):
     return layers[-1](x)
 
 
-def mlp(sizes: tuple[int, ...], gain: float, key) -> list[eqx.nn.Linear]:
-    """Orthogonal weights of the gain and zero biases, as the PPO scripts'."""
-    return [linear(i, o, gain, k) for i, o, k in zip(sizes, sizes[1:], jax.random.split(key, len(sizes) - 1))]
+def mlp(sizes: tuple[int, ...], key) -> list[eqx.nn.Linear]:
+    """Orthogonal weights (gain sqrt 2, the output's 1) and zero biases, as the PPO scripts'."""
+    gains, keys = [np.sqrt(2)] * (len(sizes) - 2) + [1.0], jax.random.split(key, len(sizes) - 1)
+    return [linear(i, o, g, k) for i, o, g, k in zip(sizes, sizes[1:], gains, keys)]
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log-std, squashed into this range (CleanRL's)
@@ -193,22 +194,21 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log-std, squashed into this 
 class Actor(eqx.Module):
     """The Gaussian before tanh: an MLP with ReLU, then a mean head and a log-std head (CleanRL's). Orthogonal
     weights (gain sqrt 2, the heads' 1) and zero biases, as the PPO scripts'."""
-    trunk: list[eqx.nn.Linear]
-    fc_mean: eqx.nn.Linear
+    layers: list[eqx.nn.Linear]  # the trunk, then the mean head
     fc_logstd: eqx.nn.Linear
     bounds: tuple[tuple[float, ...], tuple[float, ...]] = eqx.field(static=True)  # the actions' low and high
 
     def __init__(self, obs_dim: int, hidden: tuple[int, ...], bounds, key):
-        trunk_key, mean_key, log_std_key = jax.random.split(key, 3)
-        self.trunk, self.bounds = mlp((obs_dim, *hidden), np.sqrt(2), trunk_key), bounds
-        self.fc_mean, self.fc_logstd = (linear(hidden[-1], len(bounds[0]), 1.0, k) for k in (mean_key, log_std_key))
+        layers_key, log_std_key = jax.random.split(key)
+        self.layers, self.bounds = mlp((obs_dim, *hidden, len(bounds[0])), layers_key), bounds
+        self.fc_logstd = linear(hidden[-1], len(bounds[0]), 1.0, log_std_key)
 
     def __call__(self, obs):  # one observation: Equinox layers are written for single examples
         x = obs
-        for layer in self.trunk:
+        for layer in self.layers[:-1]:
             x = jax.nn.relu(layer(x))
         log_std = jnp.tanh(self.fc_logstd(x))
-        return self.fc_mean(x), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+        return self.layers[-1](x), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
 
 
 def batched(net, *xs):
@@ -227,12 +227,11 @@ def sample(actor: Actor, obs, noise):
 
 
 class Critic(eqx.Module):
-    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's), initialized as the actor."""
+    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's)."""
     layers: list[eqx.nn.Linear]
 
     def __init__(self, obs_dim: int, hidden: tuple[int, ...], action_dim: int, key):
-        trunk_key, out_key = jax.random.split(key)
-        self.layers = [*mlp((obs_dim + action_dim, *hidden), np.sqrt(2), trunk_key), linear(hidden[-1], 1, 1.0, out_key)]
+        self.layers = mlp((obs_dim + action_dim, *hidden, 1), key)
 
     def __call__(self, obs, action):
         return relu_mlp(self.layers, jnp.concatenate([obs, action], -1))[0]

@@ -168,10 +168,13 @@ def env_step(state: EnvState, action, env, env_params, num_envs):
 
 
 # %% model
-def mlp(sizes: tuple[int, ...], gain: float, rngs: nnx.Rngs) -> nnx.List:
-    """Linear layers: orthogonal weights of the gain and zero biases, as the PPO scripts'."""
-    return nnx.List([nnx.Linear(i, o, kernel_init=nnx.initializers.orthogonal(gain),
-                                bias_init=nnx.initializers.zeros_init(), rngs=rngs) for i, o in zip(sizes, sizes[1:])])
+def mlp(sizes: tuple[int, ...], rngs: nnx.Rngs) -> nnx.List:
+    """Linear layers (ReLU between them, in the caller): orthogonal weights (gain sqrt 2, the output's 1) and zero
+    biases, as the PPO scripts'."""
+    gains = [np.sqrt(2)] * (len(sizes) - 2) + [1.0]
+    return nnx.List([nnx.Linear(i, o, kernel_init=nnx.initializers.orthogonal(g),
+                                bias_init=nnx.initializers.zeros_init(), rngs=rngs)
+                     for i, o, g in zip(sizes, sizes[1:], gains)])
 
 
 def relu_mlp(layers: nnx.List, x):
@@ -188,16 +191,16 @@ class Actor(nnx.Module):
     weights (gain sqrt 2, the heads' 1) and zero biases, as the PPO scripts'."""
 
     def __init__(self, obs_dim: int, hidden: tuple[int, ...], bounds, rngs: nnx.Rngs):
-        self.trunk = mlp((obs_dim, *hidden), np.sqrt(2), rngs)
-        self.fc_mean, self.fc_logstd = (mlp((hidden[-1], len(bounds[0])), 1.0, rngs)[0] for _ in range(2))
+        self.layers = mlp((obs_dim, *hidden, len(bounds[0])), rngs)  # the trunk, then the mean head
+        self.fc_logstd = mlp((hidden[-1], len(bounds[0])), rngs)[0]
         self.bounds = bounds  # the actions' low and high: plain floats, not state
 
     def __call__(self, obs):
         x = obs
-        for layer in self.trunk:
+        for layer in self.layers[:-1]:
             x = jax.nn.relu(layer(x))
         log_std = jnp.tanh(self.fc_logstd(x))
-        return self.fc_mean(x), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+        return self.layers[-1](x), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
 
 
 def sample(actor: Actor, obs, noise):
@@ -212,10 +215,10 @@ def sample(actor: Actor, obs, noise):
 
 
 class Critic(nnx.Module):
-    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's), initialized as the actor."""
+    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's)."""
 
     def __init__(self, obs_dim: int, hidden: tuple[int, ...], action_dim: int, rngs: nnx.Rngs):
-        self.layers = nnx.List([*mlp((obs_dim + action_dim, *hidden), np.sqrt(2), rngs), *mlp((hidden[-1], 1), 1.0, rngs)])
+        self.layers = mlp((obs_dim + action_dim, *hidden, 1), rngs)
 
     def __call__(self, obs, action):
         return relu_mlp(self.layers, jnp.concatenate([obs, action], -1))[..., 0]

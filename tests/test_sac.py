@@ -76,7 +76,7 @@ class Nnx:
     @staticmethod
     def linears(model):
         actor, critics, targets = model.actor, model.critics, model.critics_target
-        return {"actor": [*actor.trunk, actor.fc_mean, actor.fc_logstd], "qf1": critics.qf1.layers,
+        return {"actor": [*actor.layers, actor.fc_logstd], "qf1": critics.qf1.layers,
                 "qf2": critics.qf2.layers, "qf1_target": targets.qf1.layers, "qf2_target": targets.qf2.layers}
 
     @staticmethod
@@ -121,7 +121,7 @@ class Equinox:
     @staticmethod
     def linears(nets):
         actor, (qf1, qf2), (qf1_target, qf2_target) = nets.actor, nets.critics, nets.critics_target
-        return {"actor": [*actor.trunk, actor.fc_mean, actor.fc_logstd], "qf1": qf1.layers, "qf2": qf2.layers,
+        return {"actor": [*actor.layers, actor.fc_logstd], "qf1": qf1.layers, "qf2": qf2.layers,
                 "qf1_target": qf1_target.layers, "qf2_target": qf2_target.layers}
 
     @staticmethod
