@@ -3,11 +3,11 @@
 One file, top to bottom, CleanRL's sac_continuous_action.py in JAX, in Equinox's style: the actor, the twin
 critics, their targets and log alpha are immutable pytrees of arrays, so they flow through lax.scan, lax.cond and
 optax like any other. The same arguments and defaults, a tanh-squashed Gaussian actor, the entropy term in the
-critics' target, the entropy coefficient tuned, the replay buffer as arrays in the jitted state, and each iteration (--log-frequency env steps) one
-lax.scan over the env steps, each acting (uniformly before --learning-starts, then a sample of the actor),
-stepping the Gymnax env, writing the buffer, then updating the critics under lax.cond past --learning-starts,
-the actor and alpha under another every --policy-frequency steps, and the targets under a third: no host round
-trip inside an iteration (docs/offpolicy.md).
+critics' target, the entropy coefficient tuned, the replay buffer as arrays in the jitted state, and each
+iteration (--log-frequency env steps) one lax.scan over the env steps, each acting (uniformly before
+--learning-starts, then a sample of the actor), stepping the Gymnax env, writing the buffer, then updating the
+critics under lax.cond past --learning-starts, the actor and alpha under another every --policy-frequency steps,
+and the targets under a third: no host round trip inside an iteration (docs/offpolicy.md).
 
     python sac_equinox.py --env-id Pendulum-v1 --total-timesteps 50000"""
 

@@ -338,5 +338,5 @@ def decision_section(by_experiment: dict, out):
               note=f"{RUN_LENGTH / 1e6:g}M env steps: start-up, iterations 0..{STEADY_FROM - 1} as measured (DQN's, "
                    "TD3's and SAC's: up to learning starts), then the steady iteration. Target: "
                    f"{SHARE:.0%} of the way from the runs' start to the best variant's median final return "
-                   f"(results/targets.json), timed on {timed}; DQN's, TD3's and SAC's from their own (dqn-learning, offpolicy); a pick that never "
-                   "reached it is counted, outside the ratio.")
+                   f"(results/targets.json), timed on {timed}; DQN's, TD3's and SAC's from their own (dqn-learning, "
+                   "offpolicy); a pick that never reached it is counted, outside the ratio.")
