@@ -260,8 +260,63 @@ class TorchCompiled(Torch):
             td3.compile_hot_paths("default")
 
 
+class LinenGymnasium(Linen):
+    """td3_linen_gymnasium.py: td3_linen.py's train states and updates, Gymnasium's env, a Python loop."""
+
+    @staticmethod
+    def stepper(td3, args, seed, vectorization="sync", buffer=None):
+        envs = td3.make_env("Pendulum-v1", args.num_envs, vectorization, seed)
+        obs, env_state = td3.env_reset(envs, seed)
+        apart = lambda state: state.replace(target_params=jax.tree.map(jnp.copy, state.params))  # as a run's setup
+        actor_state, critic_state = map(apart, td3.make_train_states(jax.random.key(0), OBS_DIM, BOUNDS, args))
+        buffer = buffer or LinenGymnasium.buffer(td3, args)
+        fns = td3.compiled(BOUNDS, args)
+        runner = td3.Runner(jax.random.key(seed + 1), env_state, obs, 0, np.random.default_rng(seed + 1))
+        while True:
+            actor_state, critic_state, buffer, runner, stats = td3.iteration(actor_state, critic_state, buffer,
+                                                                             runner, envs, fns, args)
+            yield (actor_state, critic_state), stats, (int(critic_state.opt_state[0].count),
+                                                        int(actor_state.opt_state[0].count))
+
+    @staticmethod
+    def buffer(td3, args):
+        return (td3.HostBuffer(args.buffer_size, OBS_DIM, ACTION_DIM, 0) if args.buffer == "host" else
+                td3.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM))
+
+    @staticmethod
+    def act(td3, states, obs, uniform, noise_scale):
+        return td3.act(jax.jit(td3.policy), states[0], obs, uniform, noise_scale, BOUNDS, np.random.default_rng(0))
+
+
+class TorchGymnasium(Torch):
+    """td3_torch_gymnasium.py: td3_torch.py's networks and updates, Gymnasium's env and NumPy transitions."""
+
+    @staticmethod
+    def stepper(td3, args, seed, vectorization="sync", buffer=None):
+        import torch
+
+        torch.manual_seed(seed)
+        envs = td3.make_env("Pendulum-v1", args.num_envs, vectorization, seed)
+        obs, env_state = td3.env_reset(envs, seed)
+        nets = td3.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
+        buffer = buffer or TorchGymnasium.buffer(td3, args)
+        runner = td3.Runner(env_state, obs, 0)
+        count = lambda optimizer, net: int(optimizer.state[next(net.parameters())]["step"]) if optimizer.state else 0
+        while True:
+            runner, stats = td3.iteration(nets, buffer, runner, envs, args)
+            yield nets, stats, (count(nets.q_optimizer, nets.qf1), count(nets.actor_optimizer, nets.actor))
+
+    @staticmethod
+    def buffer(td3, args):
+        import torch
+
+        return td3.Buffer(args.buffer_size, OBS_DIM, ACTION_DIM, torch.device("cpu"), args.buffer == "host", 0)
+
+
 ADAPTERS = {"td3_linen.py": Linen, "td3_nnx.py": Nnx, "td3_equinox.py": Equinox, "td3_torch.py": Torch,
-            "td3_torch_compile.py": TorchCompiled}
+            "td3_torch_compile.py": TorchCompiled, "td3_linen_gymnasium.py": LinenGymnasium,
+            "td3_torch_gymnasium.py": TorchGymnasium}
+CPU_ENV = [s for s in TD3_SCRIPTS if "gymnasium" in s]  # the scripts that step Gymnasium's (or EnvPool's) envs
 
 
 def random_weights(rng):
@@ -360,6 +415,29 @@ def test_exploration_is_uniform_then_the_actor_plus_scaled_noise(script):
     assert noisy.mean() == pytest.approx(0, abs=0.01) and noisy.std() == pytest.approx(0.1 * 2, rel=0.03)
     wide = adapter.act(td3, state, obs, False, 2.0)[:, 0]  # noise of four: half the actions past the bounds
     assert wide.min() == -2 and wide.max() == 2 and np.mean(np.abs(wide) == 2) > 0.4
+
+
+@pytest.mark.parametrize("script", CPU_ENV)
+@pytest.mark.parametrize("vectorization", ["sync", "envpool"])
+def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization):
+    """Gymnasium's same-step autoreset (the final observation in info) and EnvPool's next-step one (the env's next
+    step is its reset): the buffer holds one row per real transition, and each row's next observation is its
+    observation moved by Pendulum's physics under its action (a row from a final observation to a reset one
+    would not be), none terminated (Pendulum only truncates)."""
+    td3, adapter = load(script), ADAPTERS[script]
+    args = td3.Args(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
+                    log_frequency=600, buffer="host")
+    buffer = adapter.buffer(td3, args)
+    _, stats, _ = next(adapter.stepper(td3, args, 1, vectorization, buffer))
+    obs, next_obs, action, _, terminated = (store[:buffer.size] for store in buffer.stores)
+    episodes = int(stats["episodes"])  # 300 vector steps of two envs: each env's first episode ends at 200
+    assert episodes == 2 and buffer.size == (600 - episodes if vectorization == "envpool" else 600)
+    theta = np.arctan2(obs[:, 1], obs[:, 0])  # Pendulum-v1: g 10, l 1, m 1, dt 0.05, speeds clipped to 8
+    speed = np.clip(obs[:, 2] + (3 * 10 / 2 * np.sin(theta) + 3.0 * action[:, 0]) * 0.05, -8, 8)
+    np.testing.assert_allclose(next_obs[:, 2], speed, atol=1e-4)
+    np.testing.assert_allclose(np.arctan2(next_obs[:, 1], next_obs[:, 0]),
+                               np.angle(np.exp(1j * (theta + speed * 0.05))), atol=1e-4)
+    assert not terminated.any()
 
 
 @pytest.mark.parametrize("script", TD3_SCRIPTS)
