@@ -248,8 +248,56 @@ class TorchCompiled(Torch):
             sac.compile_hot_paths("default")
 
 
+class LinenGymnasium(Linen):
+    """sac_linen_gymnasium.py: sac_linen.py's train states and updates, Gymnasium's env, a Python loop."""
+
+    @staticmethod
+    def stepper(sac, args, seed, vectorization="sync", buffer=None):
+        envs = sac.make_env("Pendulum-v1", args.num_envs, vectorization, seed)
+        obs, env_state = sac.env_reset(envs, seed)
+        actor, critic, alpha = sac.make_train_states(jax.random.key(0), OBS_DIM, ACTION_DIM, args)
+        states = [actor, critic.replace(target_params=jax.tree.map(jnp.copy, critic.params)), alpha]  # as a run's setup
+        buffer = buffer or LinenGymnasium.buffer(sac, args)
+        fns = sac.compiled(BOUNDS, args)
+        runner = sac.Runner(jax.random.key(seed + 1), env_state, obs, 0, np.random.default_rng(seed + 1))
+        while True:
+            *states, buffer, runner, stats = sac.iteration(*states, buffer, runner, envs, fns, args)
+            yield states, stats, tuple(int(s.opt_state[0].count) for s in (states[1], states[0], states[2]))
+
+    @staticmethod
+    def buffer(sac, args):
+        return (sac.HostBuffer(args.buffer_size, OBS_DIM, ACTION_DIM, 0) if args.buffer == "host" else
+                sac.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM))
+
+
+class TorchGymnasium(Torch):
+    """sac_torch_gymnasium.py: sac_torch.py's networks and updates, Gymnasium's env and NumPy transitions."""
+
+    @staticmethod
+    def stepper(sac, args, seed, vectorization="sync", buffer=None):
+        import torch
+
+        torch.manual_seed(seed)
+        envs = sac.make_env("Pendulum-v1", args.num_envs, vectorization, seed)
+        obs, env_state = sac.env_reset(envs, seed)
+        nets = sac.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
+        buffer = buffer or TorchGymnasium.buffer(sac, args)
+        runner = sac.Runner(env_state, obs, 0)
+        count = lambda optimizer: int(next(iter(optimizer.state.values()))["step"]) if optimizer.state else 0
+        while True:
+            runner, stats = sac.iteration(nets, buffer, runner, envs, args)
+            yield nets, stats, (count(nets.q_optimizer), count(nets.actor_optimizer), count(nets.a_optimizer))
+
+    @staticmethod
+    def buffer(sac, args):
+        import torch
+
+        return sac.Buffer(args.buffer_size, OBS_DIM, ACTION_DIM, torch.device("cpu"), args.buffer == "host", 0)
+
+
 ADAPTERS = {"sac_equinox.py": Equinox, "sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch,
-            "sac_torch_compile.py": TorchCompiled}
+            "sac_torch_compile.py": TorchCompiled, "sac_linen_gymnasium.py": LinenGymnasium,
+            "sac_torch_gymnasium.py": TorchGymnasium}
 
 
 def random_weights(rng):

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-from helpers import TD3_SCRIPTS, load, read_json, run, run_ok, scalars
+from helpers import SAC_SCRIPTS, TD3_SCRIPTS, load, read_json, run, run_ok, scalars
+from test_sac import ADAPTERS as SAC_ADAPTERS
 
 TINY = ["--total-timesteps", "600", "--learning-starts", "200", "--log-frequency", "200", "--buffer-size", "1000",
         "--batch-size", "32"]
@@ -316,7 +317,7 @@ class TorchGymnasium(Torch):
 ADAPTERS = {"td3_linen.py": Linen, "td3_nnx.py": Nnx, "td3_equinox.py": Equinox, "td3_torch.py": Torch,
             "td3_torch_compile.py": TorchCompiled, "td3_linen_gymnasium.py": LinenGymnasium,
             "td3_torch_gymnasium.py": TorchGymnasium}
-CPU_ENV = [s for s in TD3_SCRIPTS if "gymnasium" in s]  # the scripts that step Gymnasium's (or EnvPool's) envs
+CPU_ENV = [s for s in TD3_SCRIPTS + SAC_SCRIPTS if "gymnasium" in s]  # those that step Gymnasium's or EnvPool's envs
 
 
 def random_weights(rng):
@@ -420,15 +421,15 @@ def test_exploration_is_uniform_then_the_actor_plus_scaled_noise(script):
 @pytest.mark.parametrize("script", CPU_ENV)
 @pytest.mark.parametrize("vectorization", ["sync", "envpool"])
 def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization):
-    """Gymnasium's same-step autoreset (the final observation in info) and EnvPool's next-step one (the env's next
-    step is its reset): the buffer holds one row per real transition, and each row's next observation is its
-    observation moved by Pendulum's physics under its action (a row from a final observation to a reset one
-    would not be), none terminated (Pendulum only truncates)."""
-    td3, adapter = load(script), ADAPTERS[script]
-    args = td3.Args(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
-                    log_frequency=600, buffer="host")
-    buffer = adapter.buffer(td3, args)
-    _, stats, _ = next(adapter.stepper(td3, args, 1, vectorization, buffer))
+    """TD3's and SAC's CPU-env twins, with Gymnasium's same-step autoreset (the final observation in info) and
+    EnvPool's next-step one (the env's next step is its reset): the buffer holds one row per real transition, and
+    each row's next observation is its observation moved by Pendulum's physics under its action (a row from a
+    final observation to a reset one would not be), none terminated (Pendulum only truncates)."""
+    module, adapter = load(script), {**ADAPTERS, **SAC_ADAPTERS}[script]
+    args = module.Args(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
+                       log_frequency=600, buffer="host")
+    buffer = adapter.buffer(module, args)
+    _, stats, _ = next(adapter.stepper(module, args, 1, vectorization, buffer))
     obs, next_obs, action, _, terminated = (store[:buffer.size] for store in buffer.stores)
     episodes = int(stats["episodes"])  # 300 vector steps of two envs: each env's first episode ends at 200
     assert episodes == 2 and buffer.size == (600 - episodes if vectorization == "envpool" else 600)

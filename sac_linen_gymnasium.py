@@ -1,0 +1,679 @@
+"""SAC with Flax Linen + optax, jax.jit, on Gymnasium environments stepped on the CPU (benchback).
+
+sac_linen.py with the environments of CleanRL's everyday setup, as CleanRL's sac_continuous_action.py runs
+them: MuJoCo's tasks (and Pendulum-v1) through Gymnasium, NumPy on the host, stepped by a vector env
+(--vectorization: Gymnasium's sync or async, or EnvPool's C++ threads). An iteration can no longer be one
+lax.scan: it is a Python loop over the env steps, each a jitted policy step, a host env step and a write to
+the buffer, with a jitted update (the critics', every --policy-frequency steps that many of the actor's and
+alpha's, and the targets') past --learning-starts. --buffer device keeps the buffer as JAX arrays (each
+step's rows handed over, each batch sampled in the update's call); --buffer host as NumPy arrays sampled by
+NumPy, CleanRL's (SB3's). `diff sac_linen.py sac_linen_gymnasium.py` shows what a CPU environment changes.
+
+    python sac_linen_gymnasium.py --env-id HalfCheetah-v5 --total-timesteps 200000
+    python sac_linen_gymnasium.py --buffer host --vectorization envpool
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from functools import partial
+from importlib import metadata
+from typing import Any, Literal, NamedTuple
+
+import flax.linen as nn
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax import serialization
+from flax.training.train_state import TrainState
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "Pendulum-v1"
+    """a Gymnasium env with continuous actions: a MuJoCo task, or Pendulum-v1 (Gymnax's twin)"""
+    vectorization: Literal["sync", "async", "envpool"] = "sync"
+    """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), envpool (C++ threads)"""
+
+    model: Literal["small"] = "small"
+    """the actor and critics: small=CleanRL's (256, 256) MLPs"""
+    total_timesteps: int = 1_000_000
+    """env steps of the whole run, over all envs"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 1_000_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """target networks' Polyak rate: target = tau * online + (1 - tau) * target"""
+    batch_size: int = 256
+    """transitions sampled from the buffer per update"""
+    learning_starts: int = 5_000
+    """env steps of uniform random actions before the first update"""
+    policy_lr: float = 3e-4
+    """Adam learning rate of the actor"""
+    q_lr: float = 1e-3
+    """Adam learning rate of the critics (and of alpha)"""
+    policy_frequency: int = 2
+    """env steps between actor updates, each time this many of them (the delay made up for)"""
+    target_network_frequency: int = 1
+    """env steps between the critic targets' Polyak steps"""
+    alpha: float = 0.2
+    """the entropy coefficient, where it is not tuned"""
+    autotune: bool = True
+    """tune alpha towards a target entropy of minus the action dimensions (CleanRL's)"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the actor, the critics, their targets and the optimizers' state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes of the actor's mean action on fresh environments (eval/...)"""
+    buffer: Literal["device", "host"] = "device"
+    """where the replay buffer lives: JAX arrays on the device, or NumPy arrays on the host (CleanRL's)"""
+
+
+MODELS = {"small": (256, 256)}  # hidden widths of the actor and of each critic
+
+
+def variant_name(args: Args) -> str:
+    vectorization = "" if args.vectorization == "sync" else f"-{args.vectorization}"
+    return "sac_linen_gymnasium" + vectorization + ("-host" if args.buffer == "host" else "")
+
+
+ENVS = ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5")  # in Gymnasium and in EnvPool alike
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
+
+
+# %% environment helpers
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
+    """The env as a vector env, or exit 2. Gymnasium's sync and async vector envs reset an env in the step
+    its episode ends; EnvPool's resets it on the next step (see env_step)."""
+    if env_id not in ENVS:
+        fail(f"env_id {env_id!r} is not a CPU env with Box actions this SAC runs; supported: {', '.join(ENVS)}")
+    if vectorization == "envpool":
+        import envpool  # a second of imports: only when asked for
+
+        return envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed)  # env i: seed + i
+    # copy=False: the batched observation is not copied, float32 makes the one copy we keep; the async
+    # workers are forked before JAX starts its threads (main makes the envs first)
+    return gym.make_vec(env_id, num_envs, vectorization_mode=vectorization,
+                        vector_kwargs={"autoreset_mode": SAME_STEP, "copy": False})
+
+
+def action_bounds(envs) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The action space's low and high, one entry per action dimension."""
+    space = envs.single_action_space
+    return tuple(np.broadcast_to(space.low, space.shape).tolist()), tuple(np.broadcast_to(space.high, space.shape).tolist())
+
+
+class EnvState(NamedTuple):
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+    resetting: np.ndarray  # next-step autoreset: the envs whose next step is a reset, not a transition
+
+
+class EnvStep(NamedTuple):
+    obs: np.ndarray  # after auto-reset
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray  # False for a next-step autoreset's reset step: no transition to store
+    final_obs: np.ndarray  # before auto-reset: the next observation a transition stores
+    episode_return: np.ndarray  # return of the episode that ended here, else 0
+    episode_length: np.ndarray
+
+
+def float32(obs):
+    return obs.astype(np.float32)  # a copy: the vector env's own array is written again by its next step
+
+
+def env_reset(envs, seed):
+    seeded = "seed" in getattr(envs, "config", {})  # EnvPool's envs were seeded by make_env
+    obs, _ = envs.reset() if seeded else envs.reset(seed=seed)  # env i is seeded with seed + i
+    zeros = np.zeros(envs.num_envs, np.float32)
+    return float32(obs), EnvState(zeros, zeros, np.zeros(envs.num_envs, bool))
+
+
+def env_step(envs, state: EnvState, action):
+    """Steps every env and keeps the episode statistics, on the host. A same-step autoreset hands the final
+    observations over in info; a next-step one returns them as the observation and spends the env's next
+    step on the reset, which stores no transition."""
+    obs, reward, terminated, truncated, info = envs.step(action)
+    obs, reward, done = float32(obs), reward.astype(np.float32), terminated | truncated
+    if envs.metadata["autoreset_mode"] == SAME_STEP:
+        final_obs, resetting = obs, np.zeros_like(done)
+        if done.any():
+            final_obs = obs.copy()
+            final_obs[done] = float32(np.stack(info["final_obs"][done]))
+    else:
+        final_obs, resetting = obs, done
+    valid = ~state.resetting
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + valid  # a reset's: 0
+    step = EnvStep(obs, reward, terminated, truncated, valid, final_obs,
+                   np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
+    return EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting), step
+
+
+# %% model
+DENSE = dict(kernel_init=nn.initializers.orthogonal(np.sqrt(2)), bias_init=nn.initializers.zeros)
+OUT = dict(kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros)
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log-std, squashed into this range (CleanRL's)
+
+
+class Actor(nn.Module):
+    """The Gaussian before tanh: an MLP with ReLU, then a mean head and a log-std head (CleanRL's). Orthogonal
+    weights (gain sqrt 2, the heads' 1) and zero biases, as the PPO scripts'."""
+
+    hidden: tuple[int, ...]
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width, **DENSE)(x))
+        mean, log_std = nn.Dense(self.action_dim, **OUT)(x), jnp.tanh(nn.Dense(self.action_dim, **OUT)(x))
+        return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+
+
+def sample(actor_state, params, obs, noise, bounds):
+    """The actor's tanh-squashed sample (noise: standard normal, one per action) in the bounds, and its
+    log-probability, tanh's change of variables included."""
+    low, high = map(jnp.asarray, bounds)
+    mean, log_std = actor_state.apply_fn(params, obs)
+    squashed, scale = jnp.tanh(mean + jnp.exp(log_std) * noise), (high - low) / 2
+    log_prob = (-0.5 * noise**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1) - jnp.log(
+        scale * (1 - squashed**2) + 1e-6).sum(-1)
+    return squashed * scale + (high + low) / 2, log_prob
+
+
+class Critic(nn.Module):
+    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's), initialized as the actor."""
+
+    hidden: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, obs, action):
+        x = jnp.concatenate([obs, action], -1)
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width, **DENSE)(x))
+        return nn.Dense(1, **OUT)(x)[..., 0]
+
+
+class TargetTrainState(TrainState):
+    target_params: Any  # the target network's weights: the critics' targets come from them
+
+
+def make_train_states(key, obs_dim, action_dim, args: Args):
+    """The actor, the twin critics (their params a pair, one Adam over both, as CleanRL's) with their targets,
+    and log alpha (0: alpha starts at 1, as CleanRL's) with its Adam."""
+    actor_key, q1_key, q2_key = jax.random.split(key, 3)
+    actor, critic = Actor(MODELS[args.model], action_dim), Critic(MODELS[args.model])
+    obs, action = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
+    critic_params = (critic.init(q1_key, obs, action), critic.init(q2_key, obs, action))
+    # log alpha 0 where tuned (alpha starts at 1, CleanRL's); else the fixed alpha's log, never stepped
+    log_alpha = {"log_alpha": jnp.log(jnp.float32(1.0 if args.autotune else args.alpha))}
+    # torch's Adam, eps 1e-8
+    return (TrainState.create(apply_fn=actor.apply, params=actor.init(actor_key, obs), tx=optax.adam(args.policy_lr)),
+            TargetTrainState.create(apply_fn=critic.apply, params=critic_params, target_params=critic_params,
+                                    tx=optax.adam(args.q_lr)),
+            TrainState.create(apply_fn=None, params=log_alpha, tx=optax.adam(args.q_lr)))
+
+
+# saving and loading: Flax's msgpack of the train states, with what they fit
+MODEL_FILE, SAVED_BY = "model.msgpack", "sac_linen_gymnasium.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, states, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    with open(os.path.join(run_dir, MODEL_FILE), "wb") as f:
+        f.write(serialization.msgpack_serialize({"meta": meta, "state": serialization.to_state_dict(states)}))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """What a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            saved = serialization.msgpack_restore(f.read())
+        meta, _ = saved["meta"], saved["state"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+# %% replay buffer
+class Buffer(NamedTuple):
+    """A ring of transitions in device arrays: CleanRL's (SB3's) layout, the true last observation of a
+    truncated episode as its next observation."""
+    obs: jax.Array
+    next_obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    pos: jax.Array  # the next slot to write
+    size: jax.Array  # slots written so far, at most the capacity
+
+    @classmethod
+    def empty(cls, capacity: int, obs_dim: int, action_dim: int):
+        zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((capacity, *shape), dtype)
+        return cls(zeros(obs_dim), zeros(obs_dim), zeros(action_dim), zeros(), zeros(dtype=bool),
+                   jnp.int32(0), jnp.int32(0))
+
+    def add(self, obs, next_obs, action, reward, terminated):
+        """One row per env, overwriting the oldest once full."""
+        capacity, n = self.obs.shape[0], obs.shape[0]
+        rows = (self.pos + jnp.arange(n)) % capacity
+        put = lambda store, x: store.at[rows].set(x)
+        return Buffer(put(self.obs, obs), put(self.next_obs, next_obs), put(self.action, action),
+                      put(self.reward, reward), put(self.terminated, terminated), (self.pos + n) % capacity,
+                      jnp.minimum(self.size + n, capacity))
+
+    def sample(self, key, batch_size: int):
+        """Uniform over the written slots only."""
+        rows = jax.random.randint(key, (batch_size,), 0, self.size)
+        return jax.tree.map(lambda store: store[rows], (self.obs, self.next_obs, self.action, self.reward,
+                                                        self.terminated))
+
+
+class HostBuffer:
+    """The same ring as NumPy arrays on the host, sampled by NumPy (CleanRL's td3_continuous_action_jax.py keeps
+    SB3's): each batch handed to the device by the update's call."""
+
+    def __init__(self, capacity: int, obs_dim: int, action_dim: int, seed: int):
+        zeros = lambda *shape, dtype=np.float32: np.zeros((capacity, *shape), dtype)
+        self.stores = (zeros(obs_dim), zeros(obs_dim), zeros(action_dim), zeros(), zeros(dtype=bool))
+        self.pos, self.size, self.rng = 0, 0, np.random.default_rng(seed)
+
+    def add(self, *transition):
+        capacity, n = len(self.stores[0]), len(transition[0])
+        rows = slice(self.pos, self.pos + n) if self.pos + n <= capacity else np.arange(self.pos, self.pos + n) % capacity
+        for store, x in zip(self.stores, transition):
+            store[rows] = x
+        self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
+        return self
+
+    def sample(self, batch_size: int):
+        rows = self.rng.integers(0, self.size, batch_size)
+        return tuple(store[rows] for store in self.stores)
+
+
+# %% the critics', the actor's and alpha's updates
+def critic_update(actor_state: TrainState, critic_state: TargetTrainState, alpha, batch, noise, bounds, args: Args):
+    """One Adam step on both critics' squared errors against one target: the smaller of the two target
+    critics at the actor's sampled next action, less alpha times its log-probability, not bootstrapped through a
+    termination."""
+    obs, next_obs, action, reward, terminated = batch
+    next_action, next_log_prob = sample(actor_state, actor_state.params, next_obs, noise, bounds)
+    next_q = jnp.minimum(*(critic_state.apply_fn(p, next_obs, next_action) for p in critic_state.target_params))
+    target = reward + (1.0 - terminated) * args.gamma * (next_q - alpha * next_log_prob)
+
+    def loss_fn(params):
+        q1, q2 = (critic_state.apply_fn(p, obs, action) for p in params)
+        return ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean(), q1
+
+    (loss, q1), grads = jax.value_and_grad(loss_fn, has_aux=True)(critic_state.params)
+    return critic_state.apply_gradients(grads=grads), loss, q1.mean()
+
+
+def actor_update(actor_state: TrainState, critic_state: TargetTrainState, alpha_state: TrainState, obs, noise,
+                 bounds, args: Args):
+    """One Adam step of the actor down alpha times its sample's log-probability less the smaller critic's value of
+    it; then, tuned, one of log alpha towards the target entropy, on a fresh sample of the updated actor (noise:
+    both draws)."""
+    alpha = jnp.exp(alpha_state.params["log_alpha"])
+
+    def loss_fn(params):
+        action, log_prob = sample(actor_state, params, obs, noise[0], bounds)
+        q = jnp.minimum(*(critic_state.apply_fn(p, obs, action) for p in critic_state.params))
+        return (alpha * log_prob - q).mean()
+
+    loss, grads = jax.value_and_grad(loss_fn)(actor_state.params)
+    actor_state = actor_state.apply_gradients(grads=grads)
+    if not args.autotune:
+        return actor_state, alpha_state, loss, jnp.float32(0)
+    log_prob = sample(actor_state, actor_state.params, obs, noise[1], bounds)[1]
+    target_entropy = -len(bounds[0])
+    alpha_loss_fn = lambda params: (-jnp.exp(params["log_alpha"]) * (log_prob + target_entropy)).mean()
+    alpha_loss, grads = jax.value_and_grad(alpha_loss_fn)(alpha_state.params)
+    return actor_state, alpha_state.apply_gradients(grads=grads), loss, alpha_loss
+
+
+# %% training loop
+class Runner(NamedTuple):
+    key: jax.Array  # the updates' draws: the device buffer's sampling and the actor's samples
+    env_state: EnvState
+    obs: np.ndarray
+    global_step: int  # env steps so far, over all envs: CleanRL's global_step
+    rng: np.random.Generator  # exploration's draws
+
+
+def policy(actor_state: TrainState, obs, noise, bounds):
+    """The actor's sample for the noise given (zero noise: its mean action, squashed)."""
+    return sample(actor_state, actor_state.params, obs, noise, bounds)[0]
+
+
+def act(policy, actor_state: TrainState, obs: np.ndarray, uniform: bool, bounds, rng) -> np.ndarray:
+    """Each env's action: uniform in the bounds (before learning starts), else a sample of the actor. Drawn on
+    the host, as CleanRL's, so that a uniform step skips the network's call."""
+    low, high = map(np.asarray, bounds)
+    shape = (len(obs), len(low))
+    if uniform:
+        return rng.uniform(low, high, shape).astype(np.float32)
+    return np.asarray(policy(actor_state, obs, rng.standard_normal(shape, np.float32)))
+
+
+def train_step(actor_state, critic_state, alpha_state, buffer, key, delayed: bool, polyak: bool, bounds, args: Args):
+    """One update from a batch of the buffer (sampled here from the device's, or handed over from the host's):
+    the critics' step; where delayed, policy-frequency steps of the actor and alpha, each with fresh draws; where
+    polyak, the targets' Polyak step."""
+    key, sample_key, noise_key, actor_key = jax.random.split(key, 4)
+    batch = buffer.sample(sample_key, args.batch_size) if isinstance(buffer, Buffer) else buffer
+    alpha = jnp.exp(alpha_state.params["log_alpha"])
+    critic_state, qf_loss, q1 = critic_update(actor_state, critic_state, alpha, batch,
+                                              jax.random.normal(noise_key, batch[2].shape), bounds, args)
+    actor_loss = alpha_loss = jnp.float32(0)
+    if delayed:  # static, as polyak: a program for each case a run meets
+
+        def one(states, key):
+            actor_state, alpha_state = states
+            actor_state, alpha_state, *losses = actor_update(actor_state, critic_state, alpha_state, batch[0],
+                                                             jax.random.normal(key, (2, *batch[2].shape)), bounds, args)
+            return (actor_state, alpha_state), losses
+
+        (actor_state, alpha_state), (losses, alpha_losses) = jax.lax.scan(
+            one, (actor_state, alpha_state), jax.random.split(actor_key, args.policy_frequency))
+        actor_loss, alpha_loss = losses.mean(), alpha_losses.mean()
+    if polyak:
+        critic_state = critic_state.replace(
+            target_params=optax.incremental_update(critic_state.params, critic_state.target_params, args.tau))
+    return actor_state, critic_state, alpha_state, qf_loss, q1, actor_loss, alpha_loss, key
+
+
+class Compiled(NamedTuple):
+    """The jitted calls of an env step: each consumes what it changes (XLA reuses the buffers)."""
+    policy: Any
+    add: Any
+    train: Any
+
+
+def compiled(bounds, args: Args) -> Compiled:
+    return Compiled(jax.jit(partial(policy, bounds=bounds)), jax.jit(Buffer.add, donate_argnums=0),
+                    jax.jit(partial(train_step, bounds=bounds, args=args), static_argnames=("delayed", "polyak"),
+                            donate_argnums=(0, 1, 2)))
+
+
+def iteration(actor_state, critic_state, alpha_state, buffer, runner: Runner, envs, fns: Compiled, args: Args):
+    """log_frequency env steps: act, step, store, and on CleanRL's steps update."""
+    steps, qf_losses, q1s, actor_losses, alpha_losses, key = [], [], [], [], [], runner.key
+    for _ in range(args.log_frequency // args.num_envs):
+        t = runner.global_step
+        action = act(fns.policy, actor_state, runner.obs, t < args.learning_starts, action_bounds(envs), runner.rng)
+        env_state, out = env_step(envs, runner.env_state, action)
+        keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
+        transition = (runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])
+        buffer = buffer.add(*transition) if isinstance(buffer, HostBuffer) else fns.add(buffer, *transition)
+        # CleanRL updates the critics at every global_step > learning-starts, the actor and alpha policy-frequency
+        # times where it is also a multiple of policy-frequency, the targets where it is one of
+        # target-network-frequency; with n envs a vector step covers global steps t..t+n-1
+        if t > args.learning_starts:
+            # the host's batch, or the device's buffer, which the update's call samples
+            source = buffer.sample(args.batch_size) if isinstance(buffer, HostBuffer) else buffer
+            delayed = (-t) % args.policy_frequency < args.num_envs
+            polyak = (-t) % args.target_network_frequency < args.num_envs
+            actor_state, critic_state, alpha_state, qf_loss, q1, actor_loss, alpha_loss, key = fns.train(
+                actor_state, critic_state, alpha_state, source, key, delayed=delayed, polyak=polyak)
+            qf_losses.append(qf_loss), q1s.append(q1)
+            if delayed:
+                actor_losses.append(actor_loss), alpha_losses.append(alpha_loss)
+        runner = Runner(key, env_state, out.obs, t + args.num_envs, runner.rng)
+        steps.append((out.episode_return, out.episode_length))
+    episode_return, episode_length = map(np.stack, zip(*steps))
+    mean = lambda xs: jnp.stack(xs).mean() if xs else 0.0
+    stats = {"episodes": (episode_length > 0).sum(), "episodic_return_sum": episode_return.sum(),
+             "episodic_length_sum": episode_length.sum(), "updates": len(qf_losses),
+             "actor_updates": len(actor_losses), "qf_loss": mean(qf_losses), "qf1_values": mean(q1s),
+             "actor_loss": mean(actor_losses), "alpha_loss": mean(alpha_losses),
+             "alpha": jnp.exp(alpha_state.params["log_alpha"])}
+    return actor_state, critic_state, alpha_state, buffer, runner, stats
+
+
+def evaluate(actor_state: TrainState, args: Args, num_episodes: int, seed: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs, the actor's mean action (squashed): their returns."""
+    envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
+    obs, env_state = env_reset(envs, seed)
+    returns, done = np.zeros(num_episodes), np.zeros(num_episodes, bool)
+    bounds = action_bounds(envs)
+    actor, mean = jax.jit(partial(policy, bounds=bounds)), np.zeros((num_episodes, len(bounds[0])), np.float32)
+    while not done.all():  # zero noise: the actor's mean action
+        env_state, out = env_step(envs, env_state, np.asarray(actor(actor_state, obs, mean)))
+        ended = (out.episode_length > 0) & ~done  # each env's first episode only
+        returns[ended] = out.episode_return[ended]
+        done, obs = done | ended, out.obs
+    envs.close()
+    return returns
+
+
+# %% logging
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnasium", "mujoco", "envpool")
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict, env: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "env": env, "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+class RunLog:
+    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
+    summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.episodes = []  # (count, return sum) per iteration
+
+    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.log_frequency
+        write("time/iteration", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        write("charts/SPS", args.log_frequency / seconds, step)
+        if stats["updates"]:  # none before learning-starts
+            write("losses/qf_loss", stats["qf_loss"], step)
+            write("losses/qf1_values", stats["qf1_values"], step)
+        if stats["actor_updates"]:
+            write("losses/actor_loss", stats["actor_loss"], step)
+            write("losses/alpha", stats["alpha"], step)
+            if self.args.autotune:
+                write("losses/alpha_loss", stats["alpha_loss"], step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def train(args: Args, envs, log: RunLog, saved: dict | None = None):
+    obs_dim, bounds = envs.single_observation_space.shape[0], action_bounds(envs)
+    obs, env_state = env_reset(envs, args.seed)  # the seed seeds the environments too
+
+    def setup(seed):  # the same keys as sac_linen.py, so the same initial weights; its env key is unused here
+        init_key, _, runner_key = jax.random.split(jax.random.key(seed), 3)
+        states = make_train_states(init_key, obs_dim, len(bounds[0]), args)
+        return *states, runner_key, Buffer.empty(args.buffer_size, obs_dim, len(bounds[0]))
+
+    # the weights and the empty buffer as one compiled call, compiled without optimizing it
+    *states, key, buffer = jax.jit(setup).lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
+    if saved is not None:  # the weights, the targets, alpha and Adam's states; the buffer starts empty
+        states = serialization.from_state_dict(tuple(states), jax.tree.map(jnp.asarray, saved["state"]))
+    if args.buffer == "host":
+        buffer = HostBuffer(args.buffer_size, obs_dim, len(bounds[0]), args.seed)
+    rng = np.random.default_rng(args.seed + 1)  # exploration's: apart from the host buffer's stream
+    fns, runner = compiled(bounds, args), Runner(key, env_state, obs, 0, rng)
+    # the host needs each policy step's action at once: on the CPU, JAX then does better to run a call in
+    # the calling thread than to hand it to a worker thread (async dispatch)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        task = progress.add_task(f"{log.variant}: iteration 0, compiling", total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            *states, buffer, runner, stats = iteration(*states, buffer, runner, envs, fns, args)
+            stats = jax.device_get(stats)  # the one host fetch, which waits for the iteration
+            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+    return tuple(states)
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "buffer_size", "batch_size", "policy_frequency", "target_network_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("policy_lr", "q_lr"), lambda x: 0 < x < math.inf),
+    ">= 0": (("alpha",), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "tau"), lambda x: 0 <= x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+             f"total_timesteps={args.total_timesteps}")
+    if args.policy_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
+        fail(f"policy_frequency={args.policy_frequency} and target_network_frequency={args.target_network_frequency} "
+             f"must be at least num_envs={args.num_envs}: one vector step makes at most one of each")
+    if args.batch_size > args.buffer_size:
+        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+             f"{args.total_timesteps}): it would never learn")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
+    saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    env = {"id": args.env_id, "vectorization": args.vectorization,
+           "autoreset": envs.metadata["autoreset_mode"].value}  # as the env reports it
+    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision, env)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        states = train(args, envs, log, saved)
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
+        summary["saved_model"] = save_model(run_dir, states, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs, seeded after the training envs' seeds
+            returns = evaluate(states[0], args, args.eval_episodes, args.seed + args.num_envs)
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+        envs.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,643 @@
+"""SAC with PyTorch, eager, on Gymnasium environments stepped on the CPU (benchback).
+
+sac_torch.py with CleanRL's everyday setup, its sac_continuous_action.py as it is: MuJoCo's tasks (and
+Pendulum-v1) through Gymnasium, NumPy on the host, stepped by a vector env (--vectorization: Gymnasium's sync
+or async, or EnvPool's C++ threads). Everything else is sac_torch.py's, so `diff sac_torch.py
+sac_torch_gymnasium.py` shows only what a CPU environment changes: each step hands the action to the host
+and the transition back, and a next-step autoreset's reset step stores no transition.
+
+    python sac_torch_gymnasium.py --env-id HalfCheetah-v5 --total-timesteps 200000
+    python sac_torch_gymnasium.py --buffer host --vectorization envpool     # CleanRL's NumPy buffer
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # before the heavy imports: the startup time counts them
+
+import copy
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Literal, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "Pendulum-v1"
+    """a Gymnasium env with continuous actions: a MuJoCo task, or Pendulum-v1 (Gymnax's twin)"""
+    vectorization: Literal["sync", "async", "envpool"] = "sync"
+    """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), envpool (C++ threads)"""
+    model: Literal["small"] = "small"
+    """the actor and critics: small=CleanRL's (256, 256) MLPs"""
+    total_timesteps: int = 1_000_000
+    """env steps of the whole run, over all envs"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 1_000_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """target networks' Polyak rate: target = tau * online + (1 - tau) * target"""
+    batch_size: int = 256
+    """transitions sampled from the buffer per update"""
+    learning_starts: int = 5_000
+    """env steps of uniform random actions before the first update"""
+    policy_lr: float = 3e-4
+    """Adam learning rate of the actor"""
+    q_lr: float = 1e-3
+    """Adam learning rate of the critics (and of alpha)"""
+    policy_frequency: int = 2
+    """env steps between actor updates, each time this many of them (the delay made up for)"""
+    target_network_frequency: int = 1
+    """env steps between the critic targets' Polyak steps"""
+    alpha: float = 0.2
+    """the entropy coefficient, where it is not tuned"""
+    autotune: bool = True
+    """tune alpha towards a target entropy of minus the action dimensions (CleanRL's)"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the actor, the critics, their targets and the optimizers' state into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes of the actor's mean action on fresh environments (eval/...)"""
+    buffer: Literal["device", "host"] = "device"
+    """where the replay buffer lives: tensors on torch's device, or NumPy arrays on the host (CleanRL's)"""
+
+
+MODELS = {"small": (256, 256)}  # hidden widths of the actor and of each critic
+
+
+def variant_name(args: Args) -> str:
+    vectorization = "" if args.vectorization == "sync" else f"-{args.vectorization}"
+    return "sac_torch_gymnasium" + vectorization + ("-host" if args.buffer == "host" else "")
+
+
+ENVS = ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5")  # in Gymnasium and in EnvPool alike
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
+
+
+# %% environment helpers
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
+    """The env as a vector env, or exit 2. Gymnasium's sync and async vector envs reset an env in the step
+    its episode ends; EnvPool's resets it on the next step (see env_step)."""
+    if env_id not in ENVS:
+        fail(f"env_id {env_id!r} is not a CPU env with Box actions this SAC runs; supported: {', '.join(ENVS)}")
+    if vectorization == "envpool":
+        import envpool  # a second of imports: only when asked for
+
+        return envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed)  # env i: seed + i
+    # copy=False: the batched observation is not copied, float32 makes the one copy we keep; the async
+    # workers are forked before torch starts its threads (main makes the envs first)
+    return gym.make_vec(env_id, num_envs, vectorization_mode=vectorization,
+                        vector_kwargs={"autoreset_mode": SAME_STEP, "copy": False})
+
+
+def action_bounds(envs) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The action space's low and high, one entry per action dimension."""
+    space = envs.single_action_space
+    return tuple(np.broadcast_to(space.low, space.shape).tolist()), tuple(np.broadcast_to(space.high, space.shape).tolist())
+
+
+class EnvState(NamedTuple):
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+    resetting: np.ndarray  # next-step autoreset: the envs whose next step is a reset, not a transition
+
+
+class EnvStep(NamedTuple):
+    obs: np.ndarray  # after auto-reset
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray  # False for a next-step autoreset's reset step: no transition to store
+    final_obs: np.ndarray  # before auto-reset: the next observation a transition stores
+    episode_return: np.ndarray  # return of the episode that ended here, else 0
+    episode_length: np.ndarray
+
+
+def float32(obs):
+    return obs.astype(np.float32)  # a copy: the vector env's own array is written again by its next step
+
+
+def env_reset(envs, seed):
+    seeded = "seed" in getattr(envs, "config", {})  # EnvPool's envs were seeded by make_env
+    obs, _ = envs.reset() if seeded else envs.reset(seed=seed)  # env i is seeded with seed + i
+    zeros = np.zeros(envs.num_envs, np.float32)
+    return float32(obs), EnvState(zeros, zeros, np.zeros(envs.num_envs, bool))
+
+
+def env_step(envs, state: EnvState, action):
+    """Steps every env and keeps the episode statistics, on the host. A same-step autoreset hands the final
+    observations over in info; a next-step one returns them as the observation and spends the env's next
+    step on the reset, which stores no transition."""
+    obs, reward, terminated, truncated, info = envs.step(action)
+    obs, reward, done = float32(obs), reward.astype(np.float32), terminated | truncated
+    if envs.metadata["autoreset_mode"] == SAME_STEP:
+        final_obs, resetting = obs, np.zeros_like(done)
+        if done.any():
+            final_obs = obs.copy()
+            final_obs[done] = float32(np.stack(info["final_obs"][done]))
+    else:
+        final_obs, resetting = obs, done
+    valid = ~state.resetting
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + valid  # a reset's: 0
+    step = EnvStep(obs, reward, terminated, truncated, valid, final_obs,
+                   np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
+    return EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting), step
+
+
+# %% model
+def layer_init(layer: nn.Module, scale: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, scale)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
+    """ReLU between layers; orthogonal weights (gain sqrt 2, the output's 1) and zero biases, as the PPO scripts'."""
+    layers = []
+    for width in hidden:
+        layers += [layer_init(nn.Linear(in_dim, width), np.sqrt(2)), nn.ReLU()]
+        in_dim = width
+    return nn.Sequential(*layers, layer_init(nn.Linear(in_dim, out_dim), 1.0))
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log-std, squashed into this range (CleanRL's)
+
+
+class Actor(nn.Module):
+    """The Gaussian before tanh: an MLP with ReLU, then a mean head and a log-std head (CleanRL's)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], bounds):
+        super().__init__()
+        sizes = (obs_dim, *hidden)  # the hidden layers, each with its ReLU, as mlp's
+        self.trunk = nn.Sequential(*(m for i, o in zip(sizes, sizes[1:])
+                                     for m in (layer_init(nn.Linear(i, o), np.sqrt(2)), nn.ReLU())))
+        self.fc_mean, self.fc_logstd = (layer_init(nn.Linear(hidden[-1], len(bounds[0])), 1.0) for _ in range(2))
+        low, high = (torch.tensor(b, dtype=torch.float32) for b in bounds)
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_buffer("action_bias", (high + low) / 2)
+
+    def forward(self, obs):
+        x = self.trunk(obs)
+        log_std = torch.tanh(self.fc_logstd(x))
+        return self.fc_mean(x), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+
+    def sample(self, obs, noise):
+        """The tanh-squashed sample (noise: standard normal, one per action) in the bounds, and its
+        log-probability, tanh's change of variables included."""
+        mean, log_std = self(obs)
+        squashed = torch.tanh(mean + log_std.exp() * noise)
+        log_prob = (-0.5 * noise**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1) - torch.log(
+            self.action_scale * (1 - squashed**2) + 1e-6).sum(-1)
+        return squashed * self.action_scale + self.action_bias, log_prob
+
+
+class Critic(nn.Module):
+    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], action_dim: int):
+        super().__init__()
+        self.net = mlp(obs_dim + action_dim, hidden, 1)
+
+    def forward(self, obs, action):
+        return self.net(torch.cat([obs, action], -1))[..., 0]
+
+
+class Networks(NamedTuple):
+    actor: Actor
+    qf1: Critic
+    qf2: Critic
+    qf1_target: Critic
+    qf2_target: Critic
+    log_alpha: torch.Tensor  # alpha's log, learned (0: alpha starts at 1, as CleanRL's)
+    actor_optimizer: torch.optim.Adam
+    q_optimizer: torch.optim.Adam  # one over both critics, as CleanRL's
+    a_optimizer: torch.optim.Adam
+
+
+def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
+    """The actor, the twin critics and their targets (copies), log alpha, and CleanRL's three Adams."""
+    hidden, action_dim = MODELS[args.model], len(bounds[0])
+    actor = Actor(obs_dim, hidden, bounds).to(device)
+    qf1, qf2 = (Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2))
+    target = lambda net: copy.deepcopy(net).requires_grad_(False)
+    # 0 where tuned (alpha starts at 1, CleanRL's); else the fixed alpha's log, never stepped
+    log_alpha = torch.tensor(1.0 if args.autotune else args.alpha, device=device).log().requires_grad_()
+    return Networks(actor, qf1, qf2, target(qf1), target(qf2), log_alpha,
+                    torch.optim.Adam(actor.parameters(), lr=args.policy_lr),
+                    torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr),
+                    torch.optim.Adam([log_alpha], lr=args.q_lr))
+
+
+# saving and loading: torch's own format, with what it fits
+MODEL_FILE, SAVED_BY = "model.pt", "sac_torch_gymnasium.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, nets: Networks, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    torch.save({"meta": meta, **{name: net if name == "log_alpha" else net.state_dict()
+                                 for name, net in nets._asdict().items()}}, os.path.join(run_dir, MODEL_FILE))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """What a model was saved with, or exit 2 saying why this run cannot start from it."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        meta = saved["meta"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the reader raises many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id)):
+        if meta.get(key) != this_run:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
+    return saved
+
+
+# %% replay buffer
+class Buffer:
+    """A ring of transitions: CleanRL's (SB3's) layout, the true last observation of a truncated episode as
+    its next observation; as tensors on torch's device, each step's rows handed to it, or (host) as NumPy
+    arrays sampled by NumPy, each batch handed to the device (CleanRL's). A sample draws from the written
+    rows only."""
+
+    def __init__(self, capacity: int, obs_dim: int, action_dim: int, device, host: bool, seed: int):
+        self.device, self.host, self.pos, self.size = device, host, 0, 0
+        self.rng = np.random.default_rng(seed) if host else None
+        make = ((lambda *shape, dtype=np.float32: np.zeros((capacity, *shape), dtype)) if host else
+                (lambda *shape, dtype=torch.float32: torch.zeros((capacity, *shape), dtype=dtype, device=device)))
+        self.stores = (make(obs_dim), make(obs_dim), make(action_dim), make(), make(dtype=np.bool_ if host else torch.bool))
+
+    def add(self, *transition):
+        """One row per env (obs, next_obs, action, reward, terminated: NumPy, the env's), overwriting the
+        oldest once full."""
+        capacity, n = len(self.stores[0]), len(transition[0])
+        rows = slice(self.pos, self.pos + n) if self.pos + n <= capacity else np.arange(self.pos, self.pos + n) % capacity
+        for store, x in zip(self.stores, transition):
+            store[rows] = x if self.host else torch.from_numpy(x).to(self.device)
+        self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
+
+    def sample(self, batch_size: int):
+        if self.host:
+            rows = self.rng.integers(0, self.size, batch_size)
+            return tuple(torch.from_numpy(store[rows]).to(self.device) for store in self.stores)
+        rows = torch.randint(0, self.size, (batch_size,), device=self.device)
+        return tuple(store[rows] for store in self.stores)
+
+
+# %% the critics', the actor's and alpha's updates
+def alpha_of(nets: Networks) -> torch.Tensor:
+    """The entropy coefficient, a tensor on the device (no copy to it per step, no sync)."""
+    return nets.log_alpha.detach().exp()
+
+
+def critic_grads(nets: Networks, batch, noise, args: Args):
+    """Both critics' squared errors against one target, and their gradients: the smaller of the two target
+    critics at the actor's sampled next action, less alpha times its log-probability, not bootstrapped through a
+    termination."""
+    obs, next_obs, action, reward, terminated = batch
+    with torch.no_grad():
+        next_action, next_log_prob = nets.actor.sample(next_obs, noise)
+        next_q = torch.minimum(nets.qf1_target(next_obs, next_action), nets.qf2_target(next_obs, next_action))
+        target = reward + (~terminated).float() * args.gamma * (next_q - alpha_of(nets) * next_log_prob)
+    q1, q2 = nets.qf1(obs, action), nets.qf2(obs, action)
+    loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+    loss.backward()
+    return loss.detach(), q1.detach().mean()
+
+
+def critic_update(nets: Networks, batch, noise, args: Args):
+    """One Adam step on both critics (the gradients apart, as dqn_torch.py's td_grads)."""
+    nets.q_optimizer.zero_grad()
+    stats = critic_grads(nets, batch, noise, args)
+    nets.q_optimizer.step()
+    return stats
+
+
+def actor_grads(nets: Networks, obs, noise, args: Args):
+    action, log_prob = nets.actor.sample(obs, noise)
+    loss = (alpha_of(nets) * log_prob - torch.minimum(nets.qf1(obs, action), nets.qf2(obs, action))).mean()
+    loss.backward()
+    return loss.detach()
+
+
+def alpha_grads(nets: Networks, obs, noise, target_entropy: float):
+    with torch.no_grad():
+        log_prob = nets.actor.sample(obs, noise)[1]
+    loss = (-nets.log_alpha.exp() * (log_prob + target_entropy)).mean()
+    loss.backward()
+    return loss.detach()
+
+
+def actor_update(nets: Networks, obs, noise, args: Args):
+    """One Adam step of the actor down alpha times its sample's log-probability less the smaller critic's value of
+    it; then, tuned, one of log alpha towards the target entropy, on a fresh sample of the updated actor (noise:
+    both draws). The critics' gradients it leaves are cleared by their next step."""
+    nets.actor_optimizer.zero_grad()
+    loss = actor_grads(nets, obs, noise[0], args)
+    nets.actor_optimizer.step()
+    if not args.autotune:
+        return loss, torch.zeros_like(loss)
+    nets.a_optimizer.zero_grad()
+    alpha_loss = alpha_grads(nets, obs, noise[1], -float(nets.actor.action_scale.numel()))
+    nets.a_optimizer.step()
+    return loss, alpha_loss
+
+
+def polyak(nets: Networks, tau: float):
+    """Each critic target a Polyak step towards its critic."""
+    with torch.no_grad():
+        for online, target in ((nets.qf1, nets.qf1_target), (nets.qf2, nets.qf2_target)):
+            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+# %% training loop
+class Runner(NamedTuple):
+    env_state: EnvState
+    obs: np.ndarray
+    global_step: int  # env steps so far, over all envs: CleanRL's global_step
+
+
+@torch.no_grad()
+def act(actor: Actor, obs, uniform: bool):
+    """Each env's action: uniform in the bounds (before learning starts), else a sample of the actor."""
+    low, high = actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale
+    shape = (len(obs), len(low))
+    if uniform:
+        return torch.lerp(low, high, torch.rand(shape, device=obs.device))
+    return actor.sample(obs, torch.randn(shape, device=obs.device))[0]
+
+
+def iteration(nets: Networks, buffer: Buffer, runner: Runner, envs, args: Args):
+    """log_frequency env steps: act, step, store, and on CleanRL's steps update."""
+    steps, qf_losses, q1s, actor_losses, alpha_losses = [], [], [], [], []
+    device = nets.actor.action_scale.device
+    for _ in range(args.log_frequency // args.num_envs):
+        t = runner.global_step
+        action = act(nets.actor, torch.from_numpy(runner.obs).to(device), t < args.learning_starts).cpu().numpy()
+        env_state, out = env_step(envs, runner.env_state, action)
+        keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
+        buffer.add(runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])
+        # CleanRL updates the critics at every global_step > learning-starts, the actor and alpha policy-frequency
+        # times where it is also a multiple of policy-frequency, the targets where it is one of
+        # target-network-frequency; with n envs a vector step covers global steps t..t+n-1
+        if t > args.learning_starts:
+            batch = buffer.sample(args.batch_size)
+            qf_loss, q1 = critic_update(nets, batch, torch.randn_like(batch[2]), args)
+            qf_losses.append(qf_loss), q1s.append(q1)
+            if (-t) % args.policy_frequency < args.num_envs:
+                for _ in range(args.policy_frequency):
+                    loss, alpha_loss = actor_update(nets, batch[0], torch.randn(2, *batch[2].shape,
+                                                                                device=batch[2].device), args)
+                    actor_losses.append(loss), alpha_losses.append(alpha_loss)
+            if (-t) % args.target_network_frequency < args.num_envs:
+                polyak(nets, args.tau)
+        runner = Runner(env_state, out.obs, t + args.num_envs)
+        steps.append((out.episode_return, out.episode_length))
+    episode_return, episode_length = map(np.stack, zip(*steps))
+    mean = lambda xs: torch.stack(xs).mean() if xs else 0.0
+    stats = {"episodes": (episode_length > 0).sum(), "episodic_return_sum": episode_return.sum(),
+             "episodic_length_sum": episode_length.sum(), "updates": len(qf_losses),
+             "actor_updates": len(actor_losses) // args.policy_frequency, "qf_loss": mean(qf_losses),
+             "qf1_values": mean(q1s), "actor_loss": mean(actor_losses), "alpha_loss": mean(alpha_losses),
+             "alpha": alpha_of(nets)}
+    return runner, stats
+
+
+def evaluate(actor: Actor, args: Args, num_episodes: int, seed: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs, the actor's mean action (squashed): their returns."""
+    envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
+    obs, env_state = env_reset(envs, seed)
+    returns, done, device = np.zeros(num_episodes), np.zeros(num_episodes, bool), actor.action_scale.device
+    while not done.all():
+        with torch.no_grad():
+            mean = actor(torch.from_numpy(obs).to(device))[0]
+            action = (torch.tanh(mean) * actor.action_scale + actor.action_bias).cpu().numpy()
+        env_state, out = env_step(envs, env_state, action)
+        ended = (out.episode_length > 0) & ~done  # each env's first episode only
+        returns[ended] = out.episode_return[ended]
+        done, obs = done | ended, out.obs
+    envs.close()
+    return returns
+
+
+# %% logging
+PACKAGES = ("gymnasium", "mujoco", "envpool", "torch")
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    threads |= {"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads(),
+                "torch_backend": torch.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
+                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict, env: dict) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   "env": env, "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+class RunLog:
+    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
+    summary.json needs."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str):
+        self.writer, self.args, self.variant = writer, args, variant
+        self.episodes = []  # (count, return sum) per iteration
+
+    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
+        args, write = self.args, self.writer.add_scalar
+        step = (iteration + 1) * args.log_frequency
+        write("time/iteration", seconds, step)
+        count = int(stats["episodes"])
+        self.episodes.append((count, float(stats["episodic_return_sum"])))
+        if count:
+            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
+            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
+        write("charts/SPS", args.log_frequency / seconds, step)
+        if stats["updates"]:  # none before learning-starts
+            write("losses/qf_loss", stats["qf_loss"], step)
+            write("losses/qf1_values", stats["qf1_values"], step)
+        if stats["actor_updates"]:
+            write("losses/actor_loss", stats["actor_loss"], step)
+            write("losses/alpha", stats["alpha"], step)
+            if self.args.autotune:
+                write("losses/alpha_loss", stats["alpha_loss"], step)
+        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
+        returns = [float(r) for r in returns]
+        for episode, episodic_return in enumerate(returns):
+            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
+        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
+                "eval/episodic_returns": returns or None}
+
+    def final_return(self):
+        """Mean return of the episodes that ended in the last 10 iterations."""
+        count = sum(n for n, _ in self.episodes[-10:])
+        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def torch_device() -> torch.device:
+    """The GPU if there is one, as in CleanRL: the environments step on the host either way."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def train(args: Args, envs, log: RunLog, saved: dict | None = None) -> Networks:
+    torch.manual_seed(args.seed)  # drives init, exploration and the device buffer's sampling; the same seed the envs
+    device, obs_dim, bounds = torch_device(), envs.single_observation_space.shape[0], action_bounds(envs)
+    obs, env_state = env_reset(envs, args.seed)
+    nets = make_networks(obs_dim, bounds, args, device)
+    if saved is not None:  # the weights, the targets, alpha and Adam's states; the buffer starts empty
+        with torch.no_grad():
+            nets.log_alpha.copy_(saved["log_alpha"])
+        for name, net in nets._asdict().items():
+            if name != "log_alpha":
+                net.load_state_dict(saved[name])
+    buffer = Buffer(args.buffer_size, obs_dim, len(bounds[0]), device, args.buffer == "host", args.seed)
+    runner = Runner(env_state, obs, 0)
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        task = progress.add_task(f"{log.variant}: iteration 0", total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            runner, stats = iteration(nets, buffer, runner, envs, args)
+            stats = {k: float(v) for k, v in stats.items()}  # the host fetch, which waits for the iteration
+            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+    return nets
+
+
+# %% main
+RANGES = {  # every numeric argument's valid values, checked before anything is written
+    "a positive integer": (("num_envs", "buffer_size", "batch_size", "policy_frequency", "target_network_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("policy_lr", "q_lr"), lambda x: 0 < x < math.inf),
+    ">= 0": (("alpha",), lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "tau"), lambda x: 0 <= x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+}
+
+
+def check_args(args: Args):
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+             f"total_timesteps={args.total_timesteps}")
+    if args.policy_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
+        fail(f"policy_frequency={args.policy_frequency} and target_network_frequency={args.target_network_frequency} "
+             f"must be at least num_envs={args.num_envs}: one vector step makes at most one of each")
+    if args.batch_size > args.buffer_size:
+        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+             f"{args.total_timesteps}): it would never learn")
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    return {"torch": torch.get_float32_matmul_precision()}
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
+    saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written
+    variant = variant_name(args)
+    precision = set_matmul_precision(args.matmul_precision)
+    device = torch_device()
+    env = {"id": args.env_id, "vectorization": args.vectorization,
+           "autoreset": envs.metadata["autoreset_mode"].value}  # as the env reports it
+    run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                           precision, env)
+    writer = Writer(run_dir)
+    log = RunLog(writer, args, variant)
+    try:
+        nets = train(args, envs, log, saved)
+        # the timed part ends here: saving and evaluating come after it
+        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
+        summary["saved_model"] = save_model(run_dir, nets, args) if args.save_model else None
+        returns = []
+        if args.eval_episodes:  # fresh envs, seeded after the training envs' seeds
+            returns = evaluate(nets.actor, args, args.eval_episodes, args.seed + args.num_envs)
+        summary |= log.evaluation(returns)
+    finally:  # an interrupted run keeps what it logged, and has no summary.json
+        writer.close()
+        envs.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+        json.dump(summary, f, indent=2)
+    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
+    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+
+
+if __name__ == "__main__":
+    main()
