@@ -25,7 +25,7 @@ from rich.table import Table
 from analysis import docs
 from analysis.decision import decision_section
 from analysis.dqn import dqn_learning_section, dqn_section
-from analysis.offpolicy import offpolicy_section
+from analysis.offpolicy import offpolicy_learning_section, offpolicy_section
 from analysis.agents import agents_section
 from analysis.continuous import continuous_learning_section, continuous_section
 from analysis.cpuenv import cpuenv_section, envscale_section
@@ -84,7 +84,7 @@ def report(args: Report) -> int:
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
      continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning,
-     offpolicy) = by_experiment.values()
+     offpolicy, offpolicy_learning) = by_experiment.values()
     # (headline: below)
     decision_section(by_experiment, o)
     write_targets(by_experiment, out)  # what a run's end line compares its return with
@@ -133,6 +133,8 @@ def report(args: Report) -> int:
         dqn_learning_section(dqn_learning, o, [r for r in cleanrl if r.experiment == "dqn-learning"])
     if offpolicy:
         offpolicy_section(offpolicy, o)
+    if offpolicy_learning:
+        offpolicy_learning_section(offpolicy_learning, o, [r for r in cleanrl if r.experiment == "offpolicy-learning"])
     if gpu:
         gpu_section(gpu, headline, o)
     if tuning:
@@ -146,7 +148,7 @@ def report(args: Report) -> int:
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
                   "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile", "dqn", "dqn-learning",
-                  "offpolicy")
+                  "offpolicy", "offpolicy-learning")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     o.claims_table()

@@ -13,7 +13,7 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|gpu
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu
                one part of the schedule alone (tuning, the continuous, pixel, off-policy and GPU ones are not
                part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
@@ -82,6 +82,10 @@ Presets (default: sweep)
              env in torch (-torchenv), small, 25,000 env steps of which 5,000 before learning starts
              (SAC's default): time per 1,000 env steps with and without updates, and the learning
              curves; --repeats 3
+    offpolicy-learning  TD3 and SAC on MuJoCo: HalfCheetah-v5 x their CPU-env twins ({td3, sac} x
+             {torch, linen}_gymnasium), small, at CleanRL's defaults for 200,000 env steps (TD3's
+             first 25,000 and SAC's first 5,000 fill the buffer): the learning curves and the time per
+             1,000 env steps; --repeats 3
     gpu      on a GPU: CartPole-v1 and Breakout-MinAtar x the frameworks as meant to run x 3 model
              sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
              Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
@@ -130,7 +134,8 @@ Variants: dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compi
   dqn_torch-torchenv dqn_torch_compile-torchenv dqn_torch_gymnasium dqn_torch_gymnasium-host
   dqn_linen_gymnasium dqn_linen_gymnasium-host (DQN)
   td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torchenv td3_torch_compile
-  td3_torch_compile-host td3_torch_compile-torchenv, and sac_ the same (TD3 and SAC)
+  td3_torch_compile-host td3_torch_compile-torchenv td3_torch_gymnasium td3_torch_gymnasium-host
+  td3_linen_gymnasium td3_linen_gymnasium-host, and sac_ the same (TD3 and SAC)
   linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-max-autotune torch_compile-torchenv torch_gymnasium torch_gymnasium-vector
@@ -215,6 +220,8 @@ OFFPOLICY=(td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torc
            sac_linen sac_nnx sac_equinox sac_torch sac_torch-host sac_torch-torchenv
            sac_torch_compile sac_torch_compile-host sac_torch_compile-torchenv)
 OFFPOLICY_ARGS="--total-timesteps,25000,--learning-starts,5000"  # 20 iterations that train, 4 that fill
+OFFPOLICY_LEARNING=(td3_torch_gymnasium td3_linen_gymnasium sac_torch_gymnasium sac_linen_gymnasium)  # on MuJoCo
+OFFPOLICY_LEARNING_ARGS="--total-timesteps,200000"  # the issue's least; each script's CleanRL learning-starts
 DQN_PIXELS_ARGS="--total-timesteps,500000,--learning-rate,1e-4,--buffer-size,100000,--batch-size,32,--train-frequency,4,--target-network-frequency,1000,--learning-starts,20000,--end-e,0.01,--exploration-fraction,0.1"
 MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
 PYTHON=${PYTHON:-python}
@@ -263,8 +270,8 @@ variant_command() {
       echo "env_alone.py --backend ${1#env-}" ;;
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
     dqn_linen|dqn_nnx|dqn_equinox|dqn_torch|dqn_torch_compile|dqn_torch_gymnasium|dqn_linen_gymnasium) echo "$1.py" ;;
-    td3_linen|td3_nnx|td3_equinox|td3_torch|td3_torch_compile) echo "$1.py" ;;
-    sac_linen|sac_nnx|sac_equinox|sac_torch|sac_torch_compile) echo "$1.py" ;;
+    td3_linen|td3_nnx|td3_equinox|td3_torch|td3_torch_compile|td3_torch_gymnasium|td3_linen_gymnasium) echo "$1.py" ;;
+    sac_linen|sac_nnx|sac_equinox|sac_torch|sac_torch_compile|sac_torch_gymnasium|sac_linen_gymnasium) echo "$1.py" ;;
     dqn_*-host|td3_*-host|sac_*-host) echo "${1%-host}.py --buffer host" ;;
     dqn_*-torchenv|td3_*-torchenv|sac_*-torchenv) echo "${1%-torchenv}.py --torch-env" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
@@ -281,6 +288,7 @@ offers() {  # whether variant $1 can step env $2: a vectorization offers only so
     *-torchenv|env-torch|env-torch-compile) contains "$2" "${TORCH_ENV_ENVS[@]}" ;;  # the envs written in torch
     env-gymnax|env-gymnax-dlpack) ! contains "$2" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;
     dqn_*) ! contains "$2" "${CONTINUOUS_ENVS[@]}" "${MUJOCO_ENVS[@]}" "${ATARI_ENVS[@]}" ;;  # discrete, a Gymnax id
+    td3_*_gymnasium*|sac_*_gymnasium*) contains "$2" Pendulum-v1 "${MUJOCO_ENVS[@]}" ;;  # a Gymnasium (MuJoCo) id
     td3_*|sac_*) contains "$2" "${CONTINUOUS_ENVS[@]}" ;;  # continuous, a Gymnax id
     *) ! contains "$2" "${ATARI_ENVS[@]}" ;;
   esac
@@ -334,9 +342,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|gpu) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, gpu or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, gpu or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -377,16 +385,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -498,6 +506,8 @@ for r in $(seq 1 "$repeats"); do
         add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" -- small
         add dqn-learning "$r" async breakout "$DQN_PIXELS_ARGS" Breakout-MinAtar -- "${DQN_PIXELS[@]}" -- cnn ;;
       offpolicy) add offpolicy "$r" async - "$OFFPOLICY_ARGS" Pendulum-v1 -- "${OFFPOLICY[@]}" -- small ;;
+      offpolicy-learning)
+        add offpolicy-learning "$r" async - "$OFFPOLICY_LEARNING_ARGS" HalfCheetah-v5 -- "${OFFPOLICY_LEARNING[@]}" -- small ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
@@ -561,7 +571,7 @@ command_of() {
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }

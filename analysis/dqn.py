@@ -155,9 +155,15 @@ def cleanrl_final(run) -> float | None:
     return float(last.mean()) if len(last) else None
 
 
+COUNTERPARTS = {"dqn": ("cleanrl_dqn", "cleanrl_dqn_jax"),  # CleanRL's scripts: PyTorch's, then Flax Linen's
+                "td3": ("cleanrl_td3_continuous_action", "cleanrl_td3_continuous_action_jax"),
+                "sac": ("cleanrl_sac_continuous_action",) * 2}  # CleanRL has no JAX SAC: its PyTorch one for both
+
+
 def counterpart(variant: str) -> str:
-    """CleanRL's script in the same framework: dqn.py for PyTorch's, dqn_jax.py (Flax Linen) for JAX's."""
-    return "cleanrl_dqn" if "torch" in variant else "cleanrl_dqn_jax"
+    """CleanRL's script of the algorithm in the same framework (SAC's: its PyTorch one)."""
+    torch, jax = COUNTERPARTS[variant.split("_", 1)[0]]
+    return torch if "torch" in variant else jax
 
 
 def dqn_learning_section(runs, out, cleanrl=()):

@@ -4,10 +4,12 @@ fills the buffer, while it trains (an update every env step) and over a whole ru
 on Pendulum-v1 (bench.sh offpolicy). An iteration is --log-frequency env steps, as DQN's: its steady state,
 filling phase and run length are dqn.py's."""
 
-from .dqn import filling, finals, learning_table, run_length, steady
+import math
+
+from .dqn import FINAL_STEPS, cleanrl_final, filling, finals, finals_p, learning_table, run_length, steady
 from .output import NAMES, fmt, variant_order
-from .stats import below, median_range, not_below, pair_ratios, ratio_row, sessions_note
-from .target import time_to
+from .stats import ALPHA, below, median_range, not_below, pair_ratios, ratio_row, sessions_note
+from .target import target_of, time_to
 
 ALGORITHMS = {"td3": "TD3", "sac": "SAC"}
 SOLVED = -200  # Pendulum-v1's return the issue asks of every script
@@ -69,6 +71,48 @@ def offpolicy_section(runs, out):
         reached = sum(time_to(r, SOLVED) is not None for r in mine)
         out.claim(f"{alg}-every-run-reached-minus-{-SOLVED}", reached == len(mine), (),
                   f"{reached} of {len(mine)} runs had 1,000 steps whose episodes averaged {SOLVED} or more")
+
+
+def offpolicy_learning_section(runs, out, cleanrl=()):
+    """TD3's and SAC's CPU-env twins on MuJoCo (bench.sh offpolicy-learning): their learning beside CleanRL's own
+    scripts at the same settings and seeds, and their time per 1,000 env steps against Linen's."""
+    env, a = runs[0].env_id, runs[0].info["args"]  # bench.sh gives every run the same env and length
+    theirs = [r for r in cleanrl if r.env_id == env]
+    for r in theirs:
+        r.summary["charts/episodic_return_final"] = cleanrl_final(r)
+    cleanrl_note = (" CleanRL's own td3_continuous_action.py, td3_continuous_action_jax.py and "
+                    "sac_continuous_action.py ran at the same settings and seeds; their final return is computed from "
+                    "their logged episodes the same way, and each script's finals are set against those of CleanRL's "
+                    "script in its framework (SAC's Linen against CleanRL's PyTorch SAC, CleanRL having no JAX one; "
+                    "Welch's t-test, two-sided p). CleanRL's scripts are not timed here.")
+    out.heading(f"TD3 and SAC learning {env}",
+                f"TD3's and SAC's CPU-env twins on {env} at CleanRL's settings for {a['total_timesteps']:,} env steps, "
+                f"one env, an update at every env step once learning starts (TD3 at 25,000, SAC at 5,000), one run "
+                f"per seed (bench.sh offpolicy-learning). Final: the mean return of the episodes that ended in the "
+                f"last {FINAL_STEPS:,} env steps; target: 90% of the way from the runs' first return to the best "
+                f"script's median final one, as the PPO targets are set." + (cleanrl_note if theirs else ""),
+                sessions_note(runs))
+    p = {}
+    for alg, name in ALGORITHMS.items():
+        if mine := [r for r in runs if algorithm(r.variant) == alg]:
+            with_theirs = mine + [r for r in theirs if r.variant.startswith(f"cleanrl_{alg}")]
+            target = target_of(mine) or math.inf  # none: no run ended above where the runs start
+            learning_table(out, with_theirs, target, f"{alg}-mujoco-learning", f"{name} on {env}: ")
+            p |= {v: x for v in {r.variant for r in mine} if not math.isnan(x := finals_p(with_theirs, v))}
+    if theirs:
+        smallest = min(p, key=p.get, default=None)  # of the scripts whose CleanRL counterpart ran
+        out.claim("offpolicy-mujoco-finals-level-with-cleanrl", bool(p) and p[smallest] >= ALPHA, (),
+                  f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no CleanRL counterpart ran")
+    rows = []
+    for v in variant_order({r.variant for r in runs}):
+        mine, twin = [x for r in runs if r.variant == v and (x := steady(r)) is not None], v.replace("torch", "linen")
+        x = pair_ratios(runs, v, twin, steady).get((env, "small")) if v != twin else None
+        rows.append([ALGORITHMS[algorithm(v)], NAMES.get(v, v), median_range(mine) if mine else "too short",
+                     "1" if v == twin else median_range(x, ratio=True) if x is not None else "–"])
+    out.table(f"TD3 and SAC on {env}: seconds per 1,000 env steps while training, and PyTorch's over Linen's in the "
+              f"same algorithm (time of A / time of B, median (range, n repeats), pairs from one repeat of one "
+              f"session)",
+              ["algorithm", "script", "steady s / 1,000 steps", "over Linen, steady"], rows, block="offpolicy-mujoco")
 
 
 def offpolicy_claims(runs, out):

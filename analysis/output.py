@@ -35,7 +35,8 @@ VARIANT_COLORS = {
     "dqn_linen_gymnasium-host": "#e7e78a", "dqn_torch-torchenv": "#4b2a7b", "dqn_torch_compile-torchenv": "#4a2e27",
 }
 OFFPOLICY_AS_DQN = ("linen", "nnx", "equinox", "torch", "torch-host", "torch-torchenv", "torch_compile", "torch_compile-host",
-                    "torch_compile-torchenv")  # TD3's and SAC's variants, coloured and named as DQN's
+                    "torch_compile-torchenv", "torch_gymnasium", "torch_gymnasium-host", "linen_gymnasium",
+                    "linen_gymnasium-host")  # TD3's and SAC's variants, coloured and named as DQN's
 VARIANT_COLORS |= {f"{alg}_{v}": VARIANT_COLORS[f"dqn_{v}"] for alg in ("td3", "sac") for v in OFFPOLICY_AS_DQN}
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 # what each variant compiles, in the tables' words; torch_compile's depends on the run (compile_scope)
@@ -53,6 +54,9 @@ NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.
          "dqn_torch_compile-torchenv": "PyTorch, torch.compile, its env in torch",
          "cleanrl_dqn": "CleanRL's dqn.py (PyTorch)", "cleanrl_dqn_jax": "CleanRL's dqn_jax.py (Flax Linen)"}
 NAMES |= {f"{alg}_{v}": NAMES[f"dqn_{v}"] for alg in ("td3", "sac") for v in OFFPOLICY_AS_DQN}
+NAMES |= {"cleanrl_td3_continuous_action": "CleanRL's td3_continuous_action.py (PyTorch)",
+          "cleanrl_td3_continuous_action_jax": "CleanRL's td3_continuous_action_jax.py (Flax Linen)",
+          "cleanrl_sac_continuous_action": "CleanRL's sac_continuous_action.py (PyTorch)"}
 COMPILE_SCOPES = {  # ppo_torch_compile.py's --compile-scope: what is compiled besides GAE
     "grads": "loss, gradients and clip; Adam eager",
     "grads+policy": "loss, gradients, clip and the policy step; Adam eager",

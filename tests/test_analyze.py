@@ -326,13 +326,13 @@ def test_torchenv_and_cpucompile_by_hand(tmp_path):
     assert (out / "torchenv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def cleanrl_run(root, exp_name, seed, total_timesteps, returns):
+def cleanrl_run(root, exp_name, seed, total_timesteps, returns, env_id="CartPole-v1"):
     """A run as CleanRL's scripts write one: its hyperparameters as a text summary, an episode's return at the
     global step it ended on (torch's SummaryWriter, CleanRL's)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(str(root / f"CartPole-v1__{exp_name}__{seed}__1700000000"))
-    args = dict(exp_name=exp_name, seed=seed, env_id="CartPole-v1", total_timesteps=total_timesteps, hf_entity="")
+    writer = SummaryWriter(str(root / f"{env_id}__{exp_name}__{seed}__1700000000"))
+    args = dict(exp_name=exp_name, seed=seed, env_id=env_id, total_timesteps=total_timesteps, hf_entity="")
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in args.items()))
     for step, value in returns.items():
         writer.add_scalar("charts/episodic_return", value, step)
@@ -479,6 +479,42 @@ def test_offpolicy_by_hand(tmp_path):
                          ("td3-every-run-ends-at-minus-200", "no"), ("td3-every-run-reached-minus-200", "no"),  # NNX's 3
                          ("sac-every-run-ends-at-minus-200", "yes"), ("sac-every-run-reached-minus-200", "yes")):
         assert report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
+
+
+def test_offpolicy_learning_by_hand(tmp_path):
+    """TD3's and SAC's CPU-env twins on HalfCheetah-v5 beside CleanRL's own scripts: each algorithm's learning
+    table against its own target, each script's p against CleanRL's in its framework (SAC's Linen against
+    CleanRL's PyTorch SAC), and PyTorch's steady time over Linen's in its algorithm."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    iterations = lambda factor: [3.0] + [0.1] * 4 + [9.0] + [0.2 * factor] * 194  # 200 iterations of 1,000 steps
+    finals = {"td3_linen_gymnasium": 3000.0, "td3_torch_gymnasium": 3100.0, "sac_linen_gymnasium": 4000.0,
+              "sac_torch_gymnasium": 4200.0}
+    for seed in (1, 2, 3):
+        for variant, final in finals.items():  # PyTorch twice Linen's time in TD3, three times in SAC
+            factor = 1.0 if "linen" in variant else 2.0 if "td3" in variant else 3.0
+            fake_run(runs_dir / "offpolicy-learning" / f"r{seed}", variant, "HalfCheetah-v5", "small", seed, 100.0,
+                     iterations(factor), final_return=final + seed, start_return=-300.0, steps_per_iteration=1000,
+                     log_frequency=1000, learning_starts=5000, total_timesteps=200_000)
+        for exp_name, final in (("td3_continuous_action", 3100.0), ("sac_continuous_action", 1000.0)):
+            cleanrl_run(runs_dir / "offpolicy-learning" / "cleanrl-runs", exp_name, seed, 200_000,
+                        {100: -300.0, 195_000: final + 10 * seed}, env_id="HalfCheetah-v5")
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    td3, sac = (report.split(f"### {alg} on HalfCheetah-v5: ")[1].split("###")[0] for alg in ("TD3", "SAC"))
+    assert "| CleanRL's td3_continuous_action.py (PyTorch) | 3,110, 3,120, 3,130 | 3 of 3 | – |" in td3
+    # eager torch's 3,101..3,103 against td3_continuous_action.py's 3,110..3,130: Welch's p 0.088; Linen's
+    # counterpart, td3_continuous_action_jax.py, did not run
+    assert "| PyTorch, eager, Gymnasium's env | 3,101, 3,102, 3,103 | 3 of 3 | 0.088 |" in td3
+    assert "| Flax Linen, Gymnasium's env | 3,001, 3,002, 3,003 | 3 of 3 | – |" in td3
+    # SAC's Linen against CleanRL's PyTorch SAC, which ends near 1,000
+    assert "| Flax Linen, Gymnasium's env | 4,001, 4,002, 4,003 | 3 of 3 | 3.0e-06 |" in sac
+    assert "CleanRL's sac_continuous_action.py (PyTorch) | 1,010, 1,020, 1,030" in sac and "td3_continuous" not in sac
+    torch = "PyTorch, eager, Gymnasium's env"
+    assert f"| TD3 | {torch} | 0.4 (0.4–0.4, 3 repeats) | 2.00x (2.00–2.00, 3 repeats) |" in report
+    assert "| SAC | Flax Linen, Gymnasium's env | 0.2 (0.2–0.2, 3 repeats) | 1 |" in report
+    assert f"| SAC | {torch} | 0.6 (0.6–0.6, 3 repeats) | 3.00x (3.00–3.00, 3 repeats) |" in report
+    assert report.split("| `offpolicy-mujoco-finals-level-with-cleanrl` |")[1].split("|")[1].strip() == "no"
 
 
 def test_runs_on_different_devices_are_never_paired(tmp_path):

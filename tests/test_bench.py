@@ -220,6 +220,18 @@ def test_offpolicy_preset():
     assert len(planned("offpolicy", "--variants", "td3_linen,sac_torch-host,dqn_linen")) == 2
 
 
+def test_offpolicy_learning_preset():
+    """offpolicy-learning: TD3's and SAC's CPU-env twins on HalfCheetah-v5 for 200,000 env steps, each script's own
+    (CleanRL's) learning starts; --envs keeps MuJoCo's tasks only, as the twins step no other."""
+    lines = planned("offpolicy-learning", "--repeats", "3")
+    assert len(lines) == 4 * 3 and len(set(lines)) == len(lines)
+    assert all(re.search(r"python (td3|sac)_(torch|linen)_gymnasium\.py --env-id HalfCheetah-v5 --model small "
+                         r"--seed (?P<seed>\d) --log-dir runs/offpolicy-learning/r(?P=seed) --total-timesteps 200000$",
+                         line) for line in lines), lines
+    assert len(planned("offpolicy-learning", "--envs", "HalfCheetah-v5,CartPole-v1")) == 4
+    assert planned("offpolicy-learning", "--envs", "Pendulum-v1") == []
+
+
 def test_calibration_writes_what_the_analysis_reads(tmp_path):
     """calibrate.py, which bench.sh runs first in every session, with the scripts' own code."""
     proc = subprocess.run([sys.executable, str(ROOT / "calibrate.py"), "--seconds", "0.05", "--out",
