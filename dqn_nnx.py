@@ -26,7 +26,7 @@ import sys
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import gymnax
 import jax

@@ -443,10 +443,11 @@ def compiled(bounds, args: Args) -> Compiled:
 
 def iteration(actor_state, critic_state, alpha_state, buffer, runner: Runner, envs, fns: Compiled, args: Args):
     """log_frequency env steps: act, step, store, and on CleanRL's steps update."""
-    steps, qf_losses, q1s, actor_losses, alpha_losses, key = [], [], [], [], [], runner.key
+    steps, qf_losses, q1s, actor_losses, alpha_losses = [], [], [], [], []
+    key, bounds = runner.key, action_bounds(envs)
     for _ in range(args.log_frequency // args.num_envs):
         t = runner.global_step
-        action = act(fns.policy, actor_state, runner.obs, t < args.learning_starts, action_bounds(envs), runner.rng)
+        action = act(fns.policy, actor_state, runner.obs, t < args.learning_starts, bounds, runner.rng)
         env_state, out = env_step(envs, runner.env_state, action)
         keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
         transition = (runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])

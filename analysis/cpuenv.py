@@ -2,7 +2,6 @@
 user can tell what the framework buys from what the environment buys; and env scaling, the
 rollout's throughput against the number of environments."""
 
-import math
 from collections import defaultdict
 
 import numpy as np

@@ -186,10 +186,7 @@ def dqn_learning_section(runs, out, cleanrl=()):
         out.claim(f"dqn-every-run-reached-{SOLVED}", reached == len(cartpole), (),
                   f"{reached} of {len(cartpole)} runs had 1,000 steps whose episodes averaged {SOLVED} or more")
         if theirs:
-            p = {v: x for v in {r.variant for r in cartpole} if not math.isnan(x := finals_p(cartpole + theirs, v))}
-            smallest = min(p, key=p.get, default=None)  # of the scripts whose CleanRL counterpart ran
-            out.claim("dqn-finals-level-with-cleanrl", bool(p) and p[smallest] >= ALPHA, (),
-                      f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no CleanRL counterpart ran")
+            level_with_cleanrl(out, "dqn-finals-level-with-cleanrl", cartpole, theirs)
             below = lambda v: sum(f < SOLVED for f in finals(theirs, v))
             out.claim(f"dqn-cleanrl-jax-ends-below-{SOLVED}-too", below("cleanrl_dqn_jax") > 0, (),
                       ", ".join(f"{v}: {below(v)} of {sum(r.variant == v for r in theirs)} ended below {SOLVED}"
@@ -222,6 +219,14 @@ def finals(runs, variant: str) -> list[float]:
 def finals_p(runs, variant: str) -> float:
     """Welch's two-sided p that the variant's final returns and its CleanRL counterpart's have one mean."""
     return welch_p(finals(runs, variant), finals(runs, counterpart(variant)))
+
+
+def level_with_cleanrl(out, name, mine, theirs):
+    """The claim that no script's finals differ from its CleanRL counterpart's (every Welch p at least ALPHA)."""
+    p = {v: x for v in {r.variant for r in mine} if not math.isnan(x := finals_p(mine + theirs, v))}
+    smallest = min(p, key=p.get, default=None)  # of the scripts whose CleanRL counterpart ran
+    out.claim(name, bool(p) and p[smallest] >= ALPHA, (),
+              f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no CleanRL counterpart ran")
 
 
 def seeds_of(runs) -> str:

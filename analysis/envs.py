@@ -8,8 +8,6 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
-
 from .output import console
 
 # the 12 environments benchback-rl measured

@@ -6,9 +6,9 @@ filling phase and run length are dqn.py's."""
 
 import math
 
-from .dqn import FINAL_STEPS, cleanrl_final, filling, finals, finals_p, learning_table, run_length, steady
+from .dqn import FINAL_STEPS, cleanrl_final, filling, finals, learning_table, level_with_cleanrl, run_length, steady
 from .output import NAMES, fmt, variant_order
-from .stats import ALPHA, below, median_range, not_below, pair_ratios, ratio_row, sessions_note
+from .stats import below, median_range, not_below, pair_ratios, ratio_row, sessions_note
 from .target import target_of, time_to
 
 ALGORITHMS = {"td3": "TD3", "sac": "SAC"}
@@ -92,17 +92,13 @@ def offpolicy_learning_section(runs, out, cleanrl=()):
                 f"last {FINAL_STEPS:,} env steps; target: 90% of the way from the runs' first return to the best "
                 f"script's median final one, as the PPO targets are set." + (cleanrl_note if theirs else ""),
                 sessions_note(runs))
-    p = {}
     for alg, name in ALGORITHMS.items():
         if mine := [r for r in runs if algorithm(r.variant) == alg]:
             with_theirs = mine + [r for r in theirs if r.variant.startswith(f"cleanrl_{alg}")]
             target = target_of(mine) or math.inf  # none: no run ended above where the runs start
             learning_table(out, with_theirs, target, f"{alg}-mujoco-learning", f"{name} on {env}: ")
-            p |= {v: x for v in {r.variant for r in mine} if not math.isnan(x := finals_p(with_theirs, v))}
     if theirs:
-        smallest = min(p, key=p.get, default=None)  # of the scripts whose CleanRL counterpart ran
-        out.claim("offpolicy-mujoco-finals-level-with-cleanrl", bool(p) and p[smallest] >= ALPHA, (),
-                  f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no CleanRL counterpart ran")
+        level_with_cleanrl(out, "offpolicy-mujoco-finals-level-with-cleanrl", runs, theirs)
     rows = []
     for v in variant_order({r.variant for r in runs}):
         mine, twin = [x for r in runs if r.variant == v and (x := steady(r)) is not None], v.replace("torch", "linen")
