@@ -1,0 +1,121 @@
+"""tune.py: a small study finds the better of two learning rates planted far apart; a failing trial is
+recorded and the study goes on; a pruned trial stops its run; a killed study resumes without redoing what
+finished; bad input is refused in one line with nothing written."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from helpers import ROOT
+from optuna.trial import TrialState
+
+import tune  # from the project's root, which helpers puts on the path
+
+# PPO on CartPole-v1, 512 env steps an iteration: at 2.5e-3 its return climbs within a few iterations
+FIXED = ["--num-envs", "4", "--num-steps", "128", "--num-iterations", "8", "--update-epochs", "4",
+         "--num-minibatches", "4"]
+SHORT = ["--", *FIXED]  # after --: the script's own arguments
+
+
+def study(*args, out, timeout=600):
+    return subprocess.run([sys.executable, str(ROOT / "tune.py"), "ppo_torch.py", "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def trials(out):
+    return optuna.load_study(study_name="tune", storage=f"sqlite:///{out / 'study.db'}").get_trials()
+
+
+def test_a_study_finds_the_planted_learning_rate(tmp_path):
+    proc = study("--space", "learning_rate=choice:1e-7,2.5e-3", "--sampler", "grid", "--pruner", "none", *SHORT,
+                out=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    done = trials(tmp_path)
+    assert [t.state for t in done] == [TrialState.COMPLETE] * 2
+    best = max(done, key=lambda t: t.value)
+    assert best.params == {"learning_rate": 2.5e-3}, [(t.params, t.value) for t in done]
+    assert all(len(t.intermediate_values) >= 4 for t in done)  # each iteration's return reached the pruner
+    assert "--learning-rate 0.0025" in (tmp_path / "best.sh").read_text()
+
+
+def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
+    # 3 minibatches do not divide the batch of 512: the script refuses them when it starts, not tune.py's check
+    proc = study("--space", "num_minibatches=choice:3,4", "--sampler", "grid", "--pruner", "none", "--",
+                "--num-envs", "4", "--num-steps", "128", "--num-iterations", "2", out=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    state = {t.params["num_minibatches"]: t for t in trials(tmp_path)}
+    assert state[3].state == TrialState.FAIL and "exit 2" in state[3].user_attrs["error"]
+    assert state[4].state == TrialState.COMPLETE
+
+
+def test_a_pruned_trial_stops_its_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    class Pruning:  # a trial whose pruner stops it at its first report
+        number, params, reports = 0, {}, []
+
+        def suggest_float(self, name, low, high, log):
+            return 2.5e-3
+
+        def report(self, value, step):
+            self.reports.append(step)
+
+        def should_prune(self):
+            return True
+
+    args, space = tune.Args("ppo_torch.py"), {"learning_rate": ("log", (1e-4, 1e-2))}
+    fixed = [*FIXED[:5], "200", *FIXED[6:]]  # 200 iterations, not 8
+    with pytest.raises(optuna.TrialPruned):
+        tune.objective(Pruning(), args, space, fixed, {"CartPole-v1": (0.0, 1.0)}, 200, tmp_path)
+    assert len(Pruning.reports) == 1
+    assert not list(tmp_path.glob("trials/0/*/summary.json"))  # stopped long before its 200 iterations
+
+
+def test_a_killed_study_resumes_without_redoing_finished_trials(tmp_path):
+    command = ["--space", "learning_rate=log:1e-4:1e-2", "--sampler", "random", "--pruner", "none", "--trials", "3",
+               *SHORT]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tune.py"), "ppo_torch.py", "--out", str(tmp_path), *command],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 600
+        while not (list(tmp_path.glob("trials/0/*/summary.json")) and list(tmp_path.glob("trials/1/*/run.json"))):
+            assert time.time() < deadline and proc.poll() is None, "the first trial never finished"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # tune.py and its run, as a crash would
+        proc.wait()
+    first = trials(tmp_path)
+    assert [t.state for t in first] == [TrialState.COMPLETE, TrialState.RUNNING]
+    resumed = study(*command, out=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "1 of 3 trials done" in resumed.stdout
+    after = trials(tmp_path)
+    assert [t.state for t in after] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE,
+                                        TrialState.COMPLETE]
+    assert after[0].params == first[0].params and after[0].value == first[0].value
+    assert after[2].params == first[1].params  # the trial cut off ran again, first
+    assert len(list(tmp_path.glob("trials/0/*/summary.json"))) == 1  # the finished one did not
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--space", "learning_rte=log:1e-4:1e-2"], "'learning_rte' is not an argument"),
+    (["--space", "learning_rate=float:1e-3:1e-3"], "an empty range"),
+    (["--space", "learning_rate=log:0:1e-2"], "above 0"),
+    (["--space", "learning_rate=log:1e-4:1e-2", "--", "--num-iterations", "0"], "below one iteration"),
+    (["--space", "clip_coef=float:-1:0.3"], "clip_coef must be"),  # the script's own check, at each end
+    (["--space", "learning_rate=log:1e-4:1e-2", "--env-ids", "CartPole-v1", "Acrobot-v1"], "--score-range"),
+    (["--space", "learning_rate=log:1e-4:1e-2", "--sampler", "grid"], "a space of choices"),
+    (["--space", "learning_rate=log:1e-4:1e-2", "--", "--seed", "3"], "tune.py sets them"),
+])
+def test_bad_input_is_refused_in_one_line(tmp_path, monkeypatch, capsys, args, says):
+    monkeypatch.chdir(ROOT)  # in this process: each case would otherwise start torch and JAX again
+    monkeypatch.setattr(sys, "argv", ["tune.py", "ppo_torch.py", "--out", str(tmp_path / "study"), *args])
+    with pytest.raises(SystemExit) as refused:
+        tune.main()
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert refused.value.code == 2 and len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], err
+    assert not (tmp_path / "study").exists()
