@@ -84,7 +84,7 @@ def report(args: Report) -> int:
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
      continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning,
-     offpolicy, offpolicy_learning) = by_experiment.values()
+     offpolicy, offpolicy_learning, gpuscale) = by_experiment.values()
     # (headline: below)
     decision_section(by_experiment, o)
     write_targets(by_experiment, out)  # what a run's end line compares its return with
@@ -135,8 +135,8 @@ def report(args: Report) -> int:
         offpolicy_section(offpolicy, o)
     if offpolicy_learning:
         offpolicy_learning_section(offpolicy_learning, o, [r for r in cleanrl if r.experiment == "offpolicy-learning"])
-    if gpu:
-        gpu_section(gpu, headline, o)
+    if gpu or gpuscale:
+        gpu_section(gpu, headline, gpuscale, o)
     if tuning:
         tuning_section(tuning, o)
         gemm_section(tuning, o)
@@ -148,7 +148,7 @@ def report(args: Report) -> int:
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
                   "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile", "dqn", "dqn-learning",
-                  "offpolicy", "offpolicy-learning")
+                  "offpolicy", "offpolicy-learning", "gpuscale")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     o.claims_table()

@@ -13,7 +13,7 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu|gpuscale
                one part of the schedule alone (tuning, the continuous, pixel, off-policy and GPU ones are not
                part of sweep)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
@@ -90,6 +90,10 @@ Presets (default: sweep)
              sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
              Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
              --sync-timing, 20 iterations (or --iterations)
+    gpuscale the GPU's own regime: CartPole-v1, small, at --num-envs 32, 512 and 4096 (or --env-counts, in
+             subfolder envs<N>) x Linen, and PyTorch with the env in torch compiled with it (CUDA graphs
+             per step), compiled without CUDA graphs (-default-torchenv) and eager, and compiled
+             through Gymnax; --sync-timing, 18 iterations (or --iterations)
   gpucheck     a smoke test of every CUDA path on any GPU machine, a few minutes (gpucheck.py:
                one line per check, into DIR/gpucheck.json too); exit 1 if a check fails
 
@@ -107,7 +111,7 @@ Options
   --models LIST      comma list of small,medium,large: keeps those of each experiment's sizes
   --experiments LIST comma list of experiments (a subset of the preset's)
   --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048); torchenv's
-                     env-alone counts (default: 32,256,1024,4096)
+                     env-alone counts (default: 32,256,1024,4096); gpuscale's --num-envs (default: 32,512,4096)
   --agent-counts LIST agents' --num-agents values (default: 1,4,16,64)
   --order-seed N     the seed of the run order: each repeat runs its warm-up, then the rest of
                      its plan in a shuffled order, so that a drift of the machine's speed is not
@@ -138,6 +142,7 @@ Variants: dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compi
   td3_linen_gymnasium td3_linen_gymnasium-host, and sac_ the same (TD3 and SAC)
   linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
+  torch_compile-default-torchenv
   torch_compile-max-autotune torch_compile-torchenv torch_gymnasium torch_gymnasium-vector
   torch_gymnasium-envpool torch_gymnasium-async torch_compile_gymnasium torch_compile_gymnasium-vector
   torch_compile_gymnasium-envpool torch_compile_gymnasium-async torch_compile_gymnasium-update
@@ -198,6 +203,8 @@ OWN_ENV_ENVS=(CartPole-v1 Acrobot-v1 Pendulum-v1)                               
 OWN_ENV_VARIANTS=(linen nnx torch torch_compile torch-torchenv torch_compile-torchenv)
 OWN_ENV_ALONE=(env-gymnax env-gymnax-dlpack env-torch env-torch-compile)
 OWN_ENV_COUNTS=(32 256 1024 4096)
+GPU_SCALE=(linen torch_compile-torchenv torch_compile-default-torchenv torch-torchenv torch_compile)  # gpuscale
+GPU_COUNTS=(32 512 4096)
 COMPILED_CPU=(torch_gymnasium torch_compile_gymnasium torch_compile_gymnasium-update linen_gymnasium)  # cpucompile
 COMPILED_ENVPOOL=(torch_gymnasium-envpool torch_compile_gymnasium-envpool torch_compile_gymnasium-envpool-update
                   linen_gymnasium-envpool)
@@ -250,6 +257,7 @@ variant_command() {
     torch-nojitenv) echo "ppo_torch.py --no-jit-env" ;;
     torch-torchenv) echo "ppo_torch.py --torch-env" ;;
     torch_compile-torchenv) echo "ppo_torch_compile.py --torch-env" ;;
+    torch_compile-default-torchenv) echo "ppo_torch_compile.py --compile-mode default --torch-env" ;;
     torch_compile) echo "ppo_torch_compile.py" ;;
     torch_compile-default|torch_compile-reduce-overhead|torch_compile-max-autotune)
       echo "ppo_torch_compile.py --compile-mode ${1#torch_compile-}" ;;
@@ -342,9 +350,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu|gpuscale) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, gpu or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, gpu, gpuscale or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -385,16 +393,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -421,7 +429,7 @@ exp1_envs=("${BENCHBACK_RL_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("$
 cpuenv_envs=() scale_envs=(CartPole-v1 Breakout-MinAtar) counts=("${ENV_COUNTS[@]}")
 for e in "${BENCHBACK_RL_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
 cpuenv_models=(small medium) agent_envs=(CartPole-v1 Breakout-MinAtar) agent_counts=("${AGENT_COUNTS[@]}")
-own_counts=("${OWN_ENV_COUNTS[@]}")
+own_counts=("${OWN_ENV_COUNTS[@]}") gpu_counts=("${GPU_COUNTS[@]}")
 tuning_envs=(CartPole-v1); ((${#env_filter[@]})) && tuning_envs=("${env_filter[@]}")
 if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
   exp1_envs=(CartPole-v1 Acrobot-v1) exp1_models=(small) exp2_envs=(CartPole-v1)
@@ -429,7 +437,7 @@ if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no 
   cpuenv_envs=(CartPole-v1) cpuenv_models=(small) scale_envs=(CartPole-v1) counts=(16 128)
 fi
 if [[ -n $counts_opt ]]; then
-  counts=($(split "$counts_opt")) own_counts=("${counts[@]}")
+  counts=($(split "$counts_opt")) own_counts=("${counts[@]}") gpu_counts=("${counts[@]}")
   for n in "${counts[@]}"; do  # minibatches of 1024 from 128 steps: a multiple of 8 envs
     [[ $n =~ ^[1-9][0-9]*$ ]] && ((n % 8 == 0)) || die "--env-counts must be multiples of 8, got '$n'"
   done
@@ -484,6 +492,11 @@ for r in $(seq 1 "$repeats"); do
         add gpu "$r" sync tf32 "--matmul-precision,tf32,$gpu_args" CartPole-v1 Breakout-MinAtar -- "${AS_MEANT[@]}" -- large
         add gpu "$r" sync - "$gpu_args" Craftax-Classic-Symbolic-v1 Pendulum-v1 -- "${AS_MEANT[@]}" -- small
         add gpu "$r" sync - "$gpu_args" Breakout-MinAtar -- "${AS_MEANT[@]}" -- cnn ;;
+      gpuscale)
+        for n in "${gpu_counts[@]}"; do
+          add gpuscale "$r" sync "envs$n" "--num-envs,$n,--num-iterations,${iterations:-$MIN_ITERATIONS}" CartPole-v1 -- \
+            "${GPU_SCALE[@]}" -- small
+        done ;;
       torchenv)
         add torchenv "$r" sync - "--num-iterations,${iterations:-20}" "${OWN_ENV_ENVS[@]}" -- "${OWN_ENV_VARIANTS[@]}" -- small medium
         for n in "${own_counts[@]}"; do

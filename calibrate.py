@@ -91,26 +91,35 @@ def layer_inputs(width: int):
             rng.standard_normal(width, np.float32))
 
 
-def torch_layers(seconds: float, compile_mode: str | None = None) -> dict:
+def torch_on(device):
+    """A call on device that returns once its kernels have run: a CUDA launch returns before."""
+    import torch
+
+    if device.type != "cuda":
+        return lambda fn: fn
+    return lambda fn: lambda: (fn(), torch.cuda.synchronize(device))
+
+
+def torch_layers(seconds: float, device, compile_mode: str | None = None) -> dict:
     import torch
 
     linear = torch.nn.functional.linear if compile_mode is None else torch.compile(
         torch.nn.functional.linear, mode=compile_mode, fullgraph=True)
     out = {}
     for size, width in LAYERS.items():
-        x, w, b = (torch.from_numpy(a) for a in layer_inputs(width))
+        x, w, b = (torch.from_numpy(a).to(device) for a in layer_inputs(width))
         w = w.T.contiguous()  # nn.Linear keeps its weight as (out, in)
         with torch.no_grad():
-            out[size] = median_call(lambda: linear(x, w, b), seconds)
+            out[size] = median_call(torch_on(device)(lambda: linear(x, w, b)), seconds)
     return out
 
 
-def minibatch_steps(seconds: float) -> dict:
+def minibatch_steps(seconds: float, torch_ppo) -> dict:
     """One minibatch step of the small model in each framework, with the scripts' own code."""
     import jax
     import torch
 
-    linen, torch_ppo = script("ppo_linen.py"), script("ppo_torch.py")
+    linen, device = script("ppo_linen.py"), torch_ppo.torch_device()
     rng = np.random.default_rng(0)
     data = (rng.standard_normal((ROWS, 4), np.float32), rng.integers(0, 2, ROWS).astype(np.int32),
             *rng.standard_normal((4, ROWS)).astype(np.float32))  # obs, actions, logprobs, values, advantages, returns
@@ -127,10 +136,10 @@ def minibatch_steps(seconds: float) -> dict:
 
     torch.manual_seed(0)
     torch_args = torch_ppo.with_defaults(torch_ppo.Args(), continuous_actions=False)
-    agent, optimizer = torch_ppo.make_agent((4,), 2, False, torch_args, torch.device("cpu"))
-    torch_mb = torch_ppo.Batch(*map(torch.from_numpy, data))
-    return {"jax": median_call(jax_step, seconds),
-            "torch": median_call(lambda: torch_ppo.minibatch_step(agent, optimizer, torch_mb, torch_args), seconds)}
+    agent, optimizer = torch_ppo.make_agent((4,), 2, False, torch_args, device)
+    torch_mb = torch_ppo.Batch(*(torch.from_numpy(a).to(device) for a in data))
+    torch_step = torch_on(device)(lambda: torch_ppo.minibatch_step(agent, optimizer, torch_mb, torch_args))
+    return {"jax": median_call(jax_step, seconds), "torch": median_call(torch_step, seconds)}
 
 
 def main():
@@ -141,11 +150,12 @@ def main():
     import torch
 
     torch_ppo = script("ppo_torch.py")
-    layers = {"torch": torch_layers(args.seconds), "jax": jax_layers(args.seconds)}
+    device = torch_ppo.torch_device()  # JAX's: both frameworks timed on one device
+    layers = {"torch": torch_layers(args.seconds, device), "jax": jax_layers(args.seconds)}
     if args.gemm_options:
         with torch.backends.mkldnn.flags(enabled=False):
-            layers["torch-onednn-off"] = torch_layers(args.seconds)
-        layers["torch-max-autotune"] = torch_layers(args.seconds, "max-autotune")
+            layers["torch-onednn-off"] = torch_layers(args.seconds, device)
+        layers["torch-max-autotune"] = torch_layers(args.seconds, device, "max-autotune")
         for name, flags in XLA_OPTIONS.items():
             child = subprocess.run([sys.executable, __file__, "--jax-layers-only", "--seconds", str(args.seconds)],
                                    env={**os.environ, "XLA_FLAGS": flags}, capture_output=True, text=True, check=True)
@@ -154,7 +164,8 @@ def main():
     result = {
         "session": os.environ.get("BENCHBACK_SESSION"), "start_time": START_TIME, "machine": machine,
         "versions": machine.pop("versions"), "layer_rows": ROWS, "layer_widths": LAYERS,
-        "layer_seconds": layers, "minibatch_step_seconds": minibatch_steps(args.seconds),
+        "device": str(device), "layer_seconds": layers,
+        "minibatch_step_seconds": minibatch_steps(args.seconds, torch_ppo),
     }
     text = json.dumps(result, indent=2)
     if args.out:

@@ -680,6 +680,7 @@ def set_matmul_precision(precision: str) -> dict:
     """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
     jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
     torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
     return {"jax": jax.config.jax_default_matmul_precision, "torch": torch.get_float32_matmul_precision()}
 
 

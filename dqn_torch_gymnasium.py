@@ -533,6 +533,7 @@ def check_args(args: Args):
 def set_matmul_precision(precision: str) -> dict:
     """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
     torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
     return {"torch": torch.get_float32_matmul_precision()}
 
 

@@ -68,11 +68,22 @@ def probe_precision() -> dict:
     a, b = np.random.default_rng(0).standard_normal((2, 2048, 2048), dtype=np.float32)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     error = lambda c: float(np.linalg.norm(np.asarray(c, np.float64) - exact) / np.linalg.norm(exact))
+    # a convolution as the CNNs run one (NCHW, OIHW), against float64 on the CPU
+    images, kernels = (np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
+                       for shape in ((64, 32, 20, 20), (64, 32, 3, 3)))
+    conv2d = torch.nn.functional.conv2d
+    conv_exact = conv2d(*(torch.tensor(x, dtype=torch.float64) for x in (images, kernels)))
+    conv_error = lambda c: float(torch.linalg.norm(torch.from_numpy(np.asarray(c, np.float64)) - conv_exact)
+                                 / torch.linalg.norm(conv_exact))
     for precision in ("float32", "tf32"):
         reported = torch_script.set_matmul_precision(precision)
         matmul = jax.jit(lambda x, y: x @ y)  # a new function: traced under the setting just made
+        conv = jax.jit(lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), "VALID"))  # NCHW, OIHW
         facts[precision] = {"reported": reported, "torch_error": error((torch.tensor(a).cuda() @ torch.tensor(b).cuda()).cpu()),
-                            "jax_error": error(matmul(a, b))}
+                            "jax_error": error(matmul(a, b)),
+                            "torch_conv_error": conv_error(
+                                conv2d(*(torch.tensor(x).cuda() for x in (images, kernels))).cpu()),
+                            "jax_conv_error": conv_error(conv(images, kernels))}
     props = torch.cuda.get_device_properties(0)
     facts |= {"device": props.name, "memory_mb": props.total_memory / 2**20, "capability": f"{props.major}.{props.minor}",
               "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
@@ -186,13 +197,17 @@ def checks_of(name: str, facts: dict) -> list[tuple[bool, str, str]]:
 
 
 def precision_checks(facts: dict) -> list[tuple[bool, str, str]]:
-    full, tf32 = facts["float32"], facts["tf32"]
-    seen = lambda f: (f"torch {f['reported']['torch']} (error {f['torch_error']:.1e}), "
-                      f"JAX {f['reported']['jax']} (error {f['jax_error']:.1e})")
-    return [(max(full["torch_error"], full["jax_error"]) < PRECISION_ERROR, "--matmul-precision float32: full float32",
-             seen(full)),
-            ((tf32["torch_error"] > PRECISION_ERROR) == (tf32["jax_error"] > PRECISION_ERROR),
-             "--matmul-precision tf32: the same in both", seen(tf32))]
+    """Each setting, for a matmul and for a convolution: full float32 in both frameworks, or TF32 in both."""
+    out = []
+    for op, key in (("", "error"), (", convolution", "conv_error")):
+        full, tf32 = facts["float32"], facts["tf32"]
+        seen = lambda f: (f"torch {f['reported']['torch']} (error {f['torch_' + key]:.1e}), "
+                          f"JAX {f['reported']['jax']} (error {f['jax_' + key]:.1e})")
+        out += [(max(full["torch_" + key], full["jax_" + key]) < PRECISION_ERROR,
+                 f"--matmul-precision float32{op}: full float32", seen(full)),
+                ((tf32["torch_" + key] > PRECISION_ERROR) == (tf32["jax_" + key] > PRECISION_ERROR),
+                 f"--matmul-precision tf32{op}: the same in both", seen(tf32))]
+    return out
 
 
 def say(passed: bool, what: str):

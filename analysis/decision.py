@@ -14,7 +14,7 @@ from .agents import AGENT_NAMES, PER_AGENT, num_agents
 from .cpuenv import defaults_only
 from . import dqn
 from .expensive import ITERATION
-from .gpu import precision
+from .gpu import GPU_COUNTS, SCALE_TORCH, num_envs, on_gpu, precision
 from .output import NAMES
 from .target import LEARNING, SHARE, pair_targets, study_targets, time_to
 from .stats import STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
@@ -31,7 +31,7 @@ DQN_OWN = ("dqn_linen", "dqn_nnx", "dqn_equinox", "dqn_torch-torchenv", "dqn_tor
 DQN_CPU = ("dqn_torch_gymnasium", "dqn_torch_gymnasium-host", "dqn_linen_gymnasium", "dqn_linen_gymnasium-host")
 OFFPOLICY = ("linen", "nnx", "equinox", "torch", "torch-host", "torch_compile", "torch_compile-host")  # TD3's, SAC's
 OFFPOLICY_OWN = ("linen", "nnx", "equinox", "torch-torchenv", "torch_compile-torchenv")
-MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats
+MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats (seeds), whatever its envs
 RUN_LENGTH = 1_000_000  # env steps (per agent): the run whose whole time the table also compares
 
 
@@ -46,7 +46,8 @@ def run_of_length(run) -> float | None:
         return None
     a = run.info["args"]
     iterations = math.ceil(RUN_LENGTH / (a.get("num_envs", 32) * a.get("num_steps", 256)))
-    return (start + float(t[:STEADY_FROM].sum()) + rest * max(0, iterations - STEADY_FROM)) / num_agents(run)
+    measured = float(t[:min(iterations, STEADY_FROM)].sum())  # at 4,096 envs one iteration is the whole run
+    return (start + measured + rest * max(0, iterations - STEADY_FROM)) / num_agents(run)
 
 
 def framework(variant: str) -> str:
@@ -135,6 +136,9 @@ REGIMES = [
              value=dqn.steady) for alg in ("TD3", "SAC")),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
            also=lambda r: precision(r) == "float32"),
+    *(Regime(f"on a GPU, each framework's own env, {n:,} envs", f"CartPole-v1, small model, {n:,} envs on an NVIDIA "
+             "GPU: Linen, and PyTorch compiled with its env in torch", "gpuscale", ("CartPole-v1",),
+             variants=("linen", SCALE_TORCH), also=lambda r, n=n: on_gpu(r) and num_envs(r) == n) for n in GPU_COUNTS),
 ]
 
 
@@ -183,7 +187,7 @@ def decide(runs, value) -> dict | None:
             chosen[c] = pick
             per_env.setdefault(c[0], []).append(here[pick["PyTorch"]] / here[pick["JAX"]])
     per_env = [np.array(r) for r in per_env.values()]
-    if not per_env or max(len(r) for r in per_env) < MIN_REPEATS and len(per_env) < MIN_REPEATS:
+    if len({c[2] for c in chosen}) < MIN_REPEATS:  # c[2]: the seed, bench.sh's repeat
         return None
     row = ratio_row(per_env)
     picks = {fw: Counter(pick[fw] for pick in chosen.values()).most_common() for fw in ("JAX", "PyTorch")}
@@ -242,7 +246,7 @@ def undecided(runs, value) -> str:
         return f"not decided: only {ran.pop()} ran"
     if all(value(r) is None for r in runs):
         return "not decided: its runs are too short for a steady state"
-    return f"not decided: fewer than {MIN_REPEATS} repeats (or envs) of both frameworks"
+    return f"not decided: fewer than {MIN_REPEATS} repeats of each compared variant"
 
 
 def label(variant: str) -> str:
@@ -253,13 +257,21 @@ def label(variant: str) -> str:
 
 
 def answer(rows: list[dict]) -> str:
-    """The one sentence: in how many of the decided regimes (and independent setups) each framework was
-    fastest, by how much, and in how many neither was beyond the spread."""
+    """The sentences: on a CPU, and on a GPU, in how many of the decided regimes (and independent setups)
+    each framework was fastest, by how much, and in how many neither was beyond the spread."""
     open_ = sum("winner" not in row for row in rows)
-    rows = [row for row in rows if "winner" in row]
+    decided = [row for row in rows if "winner" in row]
+    kind = lambda row: "GPU" if row["devices"] - {"cpu"} else "CPU"
+    sentences = [f"On a {k}, {tally([row for row in decided if kind(row) == k])}." for k in ("CPU", "GPU")
+                 if any(kind(row) == k for row in decided)]
+    return " ".join(sentences) + (f" {open_} more regime{'s' * (open_ > 1)} ran without a verdict (the table says why)."
+                                  if open_ else "")
+
+
+def tally(rows: list[dict]) -> str:
+    """How many of these decided regimes each framework won, by how much, and the ties, as one clause."""
     ties = [row for row in rows if row["tie"]]
     by = {fw: [row for row in rows if framework(row["winner"]) == fw and not row["tie"]] for fw in ("JAX", "PyTorch")}
-    where = "On a CPU, " if set().union(*(row["devices"] for row in rows)) == {"cpu"} else ""
     said = {"JAX": "a JAX framework", "PyTorch": "PyTorch"}
     setups = lambda rows: len({row["regime"].setup or row["regime"].name for row in rows})
     parts = []
@@ -269,17 +281,14 @@ def answer(rows: list[dict]) -> str:
             spread = f"{min(margins):.2f}x" + (f" to {max(margins):.2f}x" if len(margins) > 1 else "")
             other = "PyTorch" if fw == "JAX" else "JAX"
             regimes = f"{len(by[fw])} of the {len(rows)} regimes decided" if len(by[fw]) > 1 else (
-                f"one: {by[fw][0]['regime'].name}")
+                f"one: {by[fw][0]['regime'].name}" if len(rows) > 1 else f"the one decided: {by[fw][0]['regime'].name}")
             once = (f"{setups(by[fw])} setups, a small and a medium row on the same envs counted once; "
                     if setups(by[fw]) < len(by[fw]) else "")
             parts.append(f"{said[fw]} was the fastest in {regimes} ({once}{other}'s fastest variant took {spread} as long)")
     if ties:
         parts.append(f"in {len(ties) if len(ties) > 1 else 'one'} ({'; '.join(row['regime'].name for row in ties)}) "
                      "neither was faster beyond the spread over envs or repeats")
-    sentence = "; ".join(parts)
-    sentence = where + sentence[0].lower() + sentence[1:] + "." if where else sentence[0].upper() + sentence[1:] + "."
-    return sentence + (f" {open_} more regime{'s' * (open_ > 1)} ran without a verdict (the table says why)."
-                       if open_ else "")
+    return "; ".join(parts)
 
 
 def verdict_cell(decided: dict | str | None, why_none: str = "–") -> str:

@@ -1,7 +1,9 @@
 """On a GPU (issue 34; folder gpu, bench.sh's preset of that name): each framework's time per iteration
 against Linen's on the GPU next to the same ratio on the CPU (Experiment 1's runs of the same env and
-model, from its shuffled re-run where it ran), where a GPU iteration goes (rollout, update, and iteration 0, the compilation), and TF32
-against full float32 matmuls."""
+model, from its shuffled re-run where it ran), where a GPU iteration goes (rollout, update, and iteration 0, the
+compilation), and TF32 against full float32 matmuls. And the GPU's own regime (issue 55; folder gpuscale):
+Linen against PyTorch compiled with its env in torch, at 32 to 4,096 envs, on the GPU and on the same
+machine's CPU, steady and over the whole run."""
 
 from collections import defaultdict
 
@@ -10,7 +12,7 @@ import numpy as np
 from .exp1 import REFERENCE
 from .expensive import ITERATION, ROLLOUT, UPDATE
 from .output import NAMES, fmt, name, variant_order
-from .stats import first_iteration, median_of, median_range, pair_ratios, repeat_of, sessions_note
+from .stats import first_iteration, median_of, median_range, pair_ratios, repeat_of, sessions_note, total_time
 
 
 def precision(run) -> str:
@@ -43,14 +45,15 @@ def ratio_rows(gpu, cpu):
 
 
 def split_rows(gpu) -> list[list]:
-    """Per env, model and variant (float32): the steady iteration, rollout and update in ms, and iteration 0 in s."""
+    """Per env, model and variant (float32): the steady iteration, rollout and update in ms, iteration 0 and the
+    whole run in s."""
     ms = lambda x: fmt(x * 1e3) if x is not None else "–"
     rows = []
     for env, model, variant in sorted({(r.env_id, r.model, r.variant) for r in gpu if precision(r) == "float32"},
                                       key=lambda k: (k[0], k[1], variant_order({r.variant for r in gpu}).index(k[2]))):
         sel = [r for r in gpu if (r.env_id, r.model, r.variant) == (env, model, variant) and precision(r) == "float32"]
         rows.append([env, model, variant, len(sel), *(ms(median_of(sel, v)) for v in (ITERATION, ROLLOUT, UPDATE)),
-                     fmt(median_of(sel, first_iteration))])
+                     fmt(median_of(sel, first_iteration)), fmt(median_of(sel, total_time))])
     return rows
 
 
@@ -73,7 +76,96 @@ def precision_rows(gpu) -> list[list]:
     return rows
 
 
-def gpu_section(gpu, cpu, out):
+def num_envs(run) -> int:
+    return run.info["args"]["num_envs"]
+
+
+def on_gpu(run) -> bool:
+    return run.info.get("device", "cpu") != "cpu"
+
+
+SCALE_TORCH = "torch_compile-torchenv"  # gpuscale's PyTorch against Linen, every count
+GPU_COUNTS = (32, 512, 4096)  # bench.sh's gpuscale: the default, and the counts a GPU is bought for
+
+
+def over_linen(runs, variant: str, value):
+    """variant's value over Linen's, one ratio per repeat (gpuscale runs CartPole-v1's small model), or None."""
+    return pair_ratios(runs, variant, REFERENCE, value).get(("CartPole-v1", "small"))
+
+
+def shown(x) -> str:
+    return median_range(x, ratio=True) if x is not None else "–"
+
+
+def by_count(runs, gpu: bool) -> dict[int, list]:
+    return {n: [r for r in runs if num_envs(r) == n and on_gpu(r) == gpu] for n in sorted({num_envs(r) for r in runs})}
+
+
+def scale_rows(runs) -> list[list]:
+    """Per number of envs and device (the GPU, then the same machine's CPU): Linen's and PyTorch's steady
+    iteration, PyTorch's over Linen's steady and over the whole run, and where the time goes."""
+    ms = lambda x: fmt(x * 1e3) if x is not None else "–"
+    rows = []
+    for n, sel in ((n, by_count(runs, gpu)[n]) for n in sorted({num_envs(r) for r in runs}) for gpu in (True, False)):
+        if not {REFERENCE, SCALE_TORCH} <= {r.variant for r in sel}:
+            continue
+        of = lambda v: [r for r in sel if r.variant == v]
+        both = lambda value, show: " / ".join(show(median_of(of(v), value)) for v in (REFERENCE, SCALE_TORCH))
+        rows.append([f"{n:,}", devices(sel), f"{len(of(REFERENCE))} / {len(of(SCALE_TORCH))}", both(ITERATION, ms),
+                     *(shown(over_linen(sel, SCALE_TORCH, value)) for value in (ITERATION, total_time)),
+                     both(ROLLOUT, ms), both(UPDATE, ms), both(first_iteration, fmt)])
+    return rows
+
+
+def variant_rows(runs) -> list[list]:
+    """At each number of envs on the GPU, every other variant's steady iteration and whole run over Linen's."""
+    return [[f"{n:,}", name(v, sel), *(shown(over_linen(sel, v, value)) for value in (ITERATION, total_time))]
+            for n, sel in by_count(runs, gpu=True).items() for v in variant_order({r.variant for r in sel})
+            if v not in (REFERENCE, SCALE_TORCH) and over_linen(sel, v, ITERATION) is not None]  # SCALE_TORCH: above
+
+
+def gpuscale_section(runs, out):
+    gpu = [r for r in runs if on_gpu(r)]
+    cpu = [r for r in runs if not on_gpu(r)]
+    out.heading("The GPU's own regime", f"bench.sh's gpuscale preset on {devices(gpu)}, and the same runs at the same "
+                                        f"time on that machine's own CPU ({devices(cpu)}). {sessions_note(runs)}")
+    out.table(f"CartPole-v1, small model: Flax Linen against {name(SCALE_TORCH)} by the number of envs, on the GPU "
+              "and on the same machine's CPU (steady iteration, iterations 8..17; whole run: process start to the last "
+              "iteration; medians, and the range over repeats)",
+              ["envs", "device", "runs, Linen / PyTorch", "steady iteration ms, Linen / PyTorch",
+               "PyTorch / Linen, steady", "PyTorch / Linen, whole run", "rollout ms, Linen / PyTorch",
+               "update ms, Linen / PyTorch", "iteration 0 s, Linen / PyTorch"], scale_rows(runs), block="gpu-scale",
+              note="No run here reaches a return target (18 iterations), so there is no time-to-target column.")
+    gpuscale_claims(gpu, out)
+    if rows := variant_rows(runs):
+        out.table("The other PyTorch variants on the GPU, over Linen in the same repeats (steady iteration, whole run)",
+                  ["envs", "variant", "steady, over Linen", "whole run, over Linen"], rows, block="gpu-scale-variants")
+
+
+def gpuscale_claims(gpu, out):
+    """What results.md says of the GPU's regime: Linen faster at every count, PyTorch's gap narrowing as the
+    envs grow (each count's range wholly below the one before), and smaller over the whole run than steady."""
+    steady, whole = ({n: x for n, sel in by_count(gpu, gpu=True).items()
+                      if (x := over_linen(sel, SCALE_TORCH, value)) is not None} for value in (ITERATION, total_time))
+    show = lambda by: "; ".join(f"{n:,} envs {median_range(x, ratio=True)}" for n, x in by.items())
+    counts = list(steady)
+    out.claim("gpuscale-linen-faster-at-every-count", bool(steady) and all(x.min() > 1 for x in steady.values()),
+              ("faster",), f"{SCALE_TORCH} / linen on the GPU, steady: {show(steady)}")
+    out.claim("gpuscale-gap-narrows-with-envs", len(counts) > 1 and all(steady[b].max() < steady[a].min()
+                                                                        for a, b in zip(counts, counts[1:])),
+              ("narrow",), f"{SCALE_TORCH} / linen on the GPU, steady: {show(steady)}")
+    out.claim("gpuscale-whole-run-gap-smaller", bool(whole) and all(whole[n].max() < steady[n].min() for n in whole),
+              ("smaller",), f"{SCALE_TORCH} / linen on the GPU, whole run: {show(whole)}; steady: {show(steady)}")
+
+
+def gpu_section(gpu, cpu, gpuscale, out):
+    if gpu:
+        first_gpu_section(gpu, cpu, out)
+    if gpuscale:
+        gpuscale_section(gpuscale, out)
+
+
+def first_gpu_section(gpu, cpu, out):
     out.heading("On a GPU", f"bench.sh's gpu preset on {devices(gpu)}, against Experiment 1's runs of the same env "
                             f"and model on the CPU (its shuffled re-run where it ran; {devices(cpu)}). {sessions_note(gpu)}")
     variants, rows = ratio_rows(gpu, cpu)
@@ -84,7 +176,8 @@ def gpu_section(gpu, cpu, out):
               rows, block="gpu-ratios",
               note="–: not run there, or too few iterations for a steady state (the CPU's large-model runs).")
     out.table("Where a GPU iteration goes (steady state, float32; iteration 0 includes the compilation)",
-              ["env", "model", "variant", "runs", "iteration ms", "rollout ms", "update ms", "iteration 0 s"],
+              ["env", "model", "variant", "runs", "iteration ms", "rollout ms", "update ms", "iteration 0 s",
+               "whole run s"],
               split_rows(gpu), block="gpu-split")
     envs, rows = headline_rows(gpu, cpu)
     out.table(f"On {devices(gpu)}: each framework's iteration over Linen's with the small model, on the GPU and "

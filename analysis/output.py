@@ -27,7 +27,7 @@ VARIANT_COLORS = {
     # PyTorch on its own terms: its env in torch (darker than through DLPack), compiled on a CPU env; the env alone
     "torch-torchenv": "#4b2a7b", "torch_compile-torchenv": "#4a2e27", "torch_compile_gymnasium": "#0a5f66",
     "torch_compile_gymnasium-envpool": "#5fb7c4", "env-gymnax-dlpack": "#c5b0d5", "env-torch": "#9467bd",
-    "env-torch-compile": "#8c564b",
+    "env-torch-compile": "#8c564b", "torch_compile-default-torchenv": "#7a5a4f",
     # DQN: its PPO sibling's colour, the host buffer lighter
     "dqn_linen": "#1f77b4", "dqn_nnx": "#ff7f0e", "dqn_equinox": "#2ca02c", "dqn_torch": "#9467bd",
     "dqn_torch-host": "#c5b0d5", "dqn_torch_compile": "#8c564b", "dqn_torch_compile-host": "#c49c94",
@@ -43,6 +43,7 @@ MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.jit + nnx.cached_partial",
          "equinox": "Equinox", "torch": "PyTorch, eager", "torch_compile": "PyTorch, torch.compile",
          "torch-torchenv": "PyTorch, eager, its env in torch", "torch_compile-torchenv": "PyTorch, torch.compile, its env in torch",
+         "torch_compile-default-torchenv": "PyTorch, torch.compile without CUDA graphs, its env in torch",
          "dqn_linen": "Flax Linen", "dqn_nnx": "Flax NNX", "dqn_equinox": "Equinox", "dqn_torch": "PyTorch, eager",
          "dqn_torch-host": "PyTorch, eager, buffer on the host", "dqn_torch_compile": "PyTorch, torch.compile",
          "dqn_torch_compile-host": "PyTorch, torch.compile, buffer on the host",

@@ -932,6 +932,31 @@ def test_gpu_ratios_next_to_the_cpu_and_tf32_against_float32(tmp_path):
     assert "## On a GPU" in report and "bench.sh's gpu preset on NVIDIA H200" in report
 
 
+def test_gpuscale_by_env_count_on_the_gpu_and_the_same_machines_cpu(tmp_path):
+    """bench.sh's gpuscale folder: per number of envs, Linen against PyTorch compiled with its env in torch on the
+    GPU, and on the same machine's CPU in a row of its own (a GPU run never pairs with a CPU run), steady and whole
+    run; the other variants' ratios in a table of their own."""
+    from analysis import gpu
+
+    runs_dir = tmp_path / "runs"
+    for seed in (1, 2):
+        for device, variant, factor, total in (("NVIDIA H100", "linen", 0.1, 10.0), ("NVIDIA H100", gpu.SCALE_TORCH, 1.0, 15.0),
+                                               ("NVIDIA H100", "torch-torchenv", 3.0, 12.0),
+                                               ("cpu", "linen", 1.0, 20.0), ("cpu", gpu.SCALE_TORCH, 0.5 * seed, 80.0)):
+            fake_run(runs_dir / ("gpu" if device != "cpu" else "cpu") / "gpuscale" / f"r{seed}" / "envs512", variant,
+                     "CartPole-v1", "small", seed, total, [x * factor for x in ITERATIONS], synced=True, device=device,
+                     num_envs=512)
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    assert {r.experiment for r in loaded} == {"gpuscale"}
+    rows = gpu.scale_rows(loaded)
+    assert [row[:6] for row in rows] == [
+        ["512", "NVIDIA H100", "2 / 2", "50.0 / 500", "10.00x (10.00–10.00, 2 repeats)", "1.50x (1.50–1.50, 2 repeats)"],
+        ["512", "Test CPU", "2 / 2", "500 / 375", "0.75x (0.50–1.00, 2 repeats)", "4.00x (4.00–4.00, 2 repeats)"]]
+    assert rows[0][6:] == ["12.5 / 125", "37.5 / 375", "0.500 / 5.00"]  # rollout, update (a quarter, three), iteration 0
+    assert gpu.variant_rows(loaded) == [["512", "PyTorch, eager, its env in torch", "30.00x (30.00–30.00, 2 repeats)",
+                                         "1.20x (1.20–1.20, 2 repeats)"]]
+
+
 def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_follows(tmp_path):
     """One row per regime that ran: with pairs from at least three repeats, the fastest variant of each
     framework (JAX's fastest of several) and the loser's fastest over the winner's, paired by repeat; a
@@ -973,7 +998,7 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
         ("JAX env, medium model", "linen", "torch", "1.500", 6),
         ("each framework's own env, small model", "linen", "torch_compile-torchenv", "1.398", 6),
         ("expensive JAX env", None, None, "not decided: its runs are too short for a steady state", 2),
-        ("continuous actions, JAX env", None, None, "not decided: fewer than 3 repeats (or envs) of both frameworks", 2),
+        ("continuous actions, JAX env", None, None, "not decided: fewer than 3 repeats of each compared variant", 2),
         ("pixels, Atari", "torch_compile_gymnasium-envpool", "linen_gymnasium-envpool", "2.500", 6)]
     # a run of a million env steps: start-up, iterations 0..7 as measured, then 115 steady ones (8,192 steps each)
     whole = lambda factor: STARTUP + factor * (sum(ITERATIONS[:8]) + 115 * ITERATIONS[-1])
@@ -985,6 +1010,39 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
                                      "fastest variant took 1.40x to 2.44x as long); PyTorch was the fastest "
                                      "in one: pixels, Atari (JAX's fastest variant took 2.50x as long). 2 more regimes "
                                      "ran without a verdict (the table says why).")
+
+
+def test_a_regime_is_decided_by_three_repeats_not_by_three_envs(tmp_path):
+    """The first GPU study ran one repeat on each of three envs: one repeat, not decided, however wide the gap.
+    gpuscale's three repeats on CartPole-v1 at 32 envs decide its row (its 512-env runs, two repeats, do not),
+    and the answer counts the GPU's regimes apart from the CPU's."""
+    from analysis import decision
+
+    runs_dir = tmp_path / "runs"
+    for env in ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar"):
+        for variant, factor in (("linen", 1.0), ("torch", 20.0)):
+            fake_run(runs_dir / "gpu" / "r1", variant, env, "small", 1, 10.0, [x * factor for x in ITERATIONS],
+                     synced=True, device="NVIDIA H100")
+    for seed in (1, 2, 3):
+        for variant, factor in (("linen", 1.0), ("torch_compile-torchenv", 10.0)):
+            for n in (32, 512)[:1 if seed == 3 else 2]:
+                fake_run(runs_dir / "gpuscale" / f"r{seed}" / f"envs{n}", variant, "CartPole-v1", "small", seed, 10.0,
+                         [x * factor for x in ITERATIONS], synced=True, device="NVIDIA H100", num_envs=n)
+        for variant, factor in (("linen", 1.0), ("torch", 2.0)):
+            fake_run(runs_dir / "exp1" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
+                     [x * factor for x in ITERATIONS])
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    rows = {row["regime"].name: row for row in decision.decision_rows(
+        {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS})}
+    assert rows["on a GPU, JAX env, small model"]["why"] == "not decided: fewer than 3 repeats of each compared variant"
+    assert rows["on a GPU, each framework's own env, 512 envs"]["why"].startswith("not decided: fewer than 3 repeats")
+    gpu = rows["on a GPU, each framework's own env, 32 envs"]
+    assert (gpu["winner"], gpu["loser"], gpu["row"]["geomean"]) == ("linen", "torch_compile-torchenv", pytest.approx(10.0))
+    assert decision.answer(list(rows.values())) == (
+        "On a CPU, a JAX framework was the fastest in the one decided: JAX env, small model (PyTorch's fastest variant "
+        "took 2.00x as long). On a GPU, a JAX framework was the fastest in the one decided: on a GPU, each framework's "
+        "own env, 32 envs (PyTorch's fastest variant took 10.00x as long). 2 more regimes ran without a verdict (the "
+        "table says why).")
 
 
 def test_each_frameworks_variant_is_chosen_where_it_is_not_measured(tmp_path):
@@ -1052,16 +1110,17 @@ def test_each_regime_holds_its_envs_and_no_other():
     from types import SimpleNamespace
 
     import gymnax
-    from analysis import decision
+    from analysis import decision, gpu
 
     cpu_envs = load("ppo_torch_gymnasium.py")
     every_env = {*gymnax.registered_envs, *cpu_envs.TWINS, "Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1"}
     mujoco = {"HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"}
     for regime in decision.REGIMES:
         variants = regime.variants or ("linen", "torch", "linen_agents", "torch_agents")
-        kept = {env for env in every_env for v in variants for m in regime.models for k in (1, 10) for n in (1, 10)
-                if regime.keep(SimpleNamespace(env_id=env, variant=v, model=m,  # DQN's ratios and env counts
-                                               info={"args": {"train_frequency": k, "num_envs": n}}))}
+        kept = {env for env in every_env for v in variants for m in regime.models for k in (1, 10)
+                for n in (1, 10, *gpu.GPU_COUNTS) for device in ("cpu", "NVIDIA H100")
+                if regime.keep(SimpleNamespace(env_id=env, variant=v, model=m,  # DQN's ratios, env counts, GPU's
+                                               info={"args": {"train_frequency": k, "num_envs": n}, "device": device}))}
         assert kept == set(regime.envs), regime.name
         kind = ("mujoco" if "MuJoCo" in regime.name else "atari" if "Atari" in regime.name else
                 "twins" if "own env" in regime.name else "jax" if "JAX env" in regime.name else None)

@@ -179,6 +179,20 @@ def test_gpu_preset():
     assert len(kept) == 6 * 2 and all("CartPole-v1" in line and line.endswith("--num-iterations 30") for line in kept)
 
 
+def test_gpuscale_preset():
+    """gpuscale: CartPole-v1, small, Linen and four PyTorch variants at 32, 512 and 4,096 envs, each count in its
+    own folder; --env-counts replaces the counts."""
+    lines = planned("gpuscale", "--repeats", "3")
+    assert len(lines) == 3 * 5 * 3 and len(set(lines)) == len(lines)
+    assert all("--env-id CartPole-v1 --model small" in line and "--sync-timing" in line
+               and line.endswith("--num-iterations 18") for line in lines)
+    assert Counter(re.search(r"/envs(\d+) .*--num-envs (\d+)", line).groups() for line in lines) == {
+        (n, n): 15 for n in ("32", "512", "4096")}
+    assert sum("ppo_torch_compile.py --compile-mode default --torch-env" in line for line in lines) == 9
+    kept = planned("gpuscale", "--env-counts", "64", "--variants", "linen,torch_compile-torchenv")
+    assert len(kept) == 2 and all("/envs64 " in line and "--num-envs 64" in line for line in kept)
+
+
 def test_dqn_presets():
     """dqn: every DQN script, the torch ones and the CPU-env twins with each buffer, the torch ones on the env in
     torch, at each train frequency in its own folder and with 10 envs, for the preset's steps and no PPO flag;

@@ -356,12 +356,15 @@ def test_unwritable_log_dir(script, tmp_path, capsys):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_matmul_precision_set_alike(script):
-    """--matmul-precision sets every framework in the process alike, read back from each."""
+    """--matmul-precision sets every framework in the process alike, read back from each; in torch, cuDNN's
+    convolutions too (JAX's setting covers its convolutions, torch's matmul setting does not)."""
     m = load(script)
     tf32 = {"jax": "tensorfloat32", "torch": "high"}
     try:
         for precision, names in (("tf32", tf32), ("float32", FLOAT32)):
             assert m.set_matmul_precision(precision) == {fw: names[fw] for fw in frameworks(script)}
+            if "torch" in frameworks(script):
+                assert m.torch.backends.cudnn.allow_tf32 == (precision == "tf32")
     finally:
         m.set_matmul_precision("float32")
 

@@ -13,13 +13,16 @@ from helpers import ROOT
 sys.path.insert(0, str(ROOT))
 import gpucheck  # noqa: E402
 
-# what the probes saw on the H200 (results/gpu/gpucheck.txt), the facts every check passes on
+# what the probes saw on the H200 (results/gpu/gpucheck.txt; the convolution's on the H100,
+# results/gpu/h100-precision.json), the facts every check passes on
 TORCH_FACTS = {"device": "NVIDIA H200", "complete": True, "peak_device_mb": 95.7, "total_mb": 143156.0,
                "torch_device": "cuda", "torch_index": 0, "jax_id": 0, "dlpack_to_torch": True, "dlpack_to_jax": True,
                "used_mb": 959.0, "device_to_host": 1.0, "host_to_device": 0.0, "synchronize": 1.7,
                "graphs": {"warmup capture_begin": 5, "profiled replay": 1251}}
-PRECISION = {"float32": {"reported": {"torch": "highest", "jax": "float32"}, "torch_error": 8e-7, "jax_error": 8e-7},
-             "tf32": {"reported": {"torch": "high", "jax": "tensorfloat32"}, "torch_error": 3e-4, "jax_error": 3e-4}}
+PRECISION = {"float32": {"reported": {"torch": "highest", "jax": "float32"}, "torch_error": 8e-7, "jax_error": 8e-7,
+                         "torch_conv_error": 3e-7, "jax_conv_error": 3e-7},
+             "tf32": {"reported": {"torch": "high", "jax": "tensorfloat32"}, "torch_error": 3e-4, "jax_error": 3e-4,
+                      "torch_conv_error": 3e-4, "jax_conv_error": 3e-4}}
 
 
 def failed(facts, name="ppo_torch_compile.py") -> list[str]:
@@ -82,6 +85,8 @@ def test_each_check_fails_on_its_fault(fault, fails):
 @pytest.mark.parametrize("where, error, fails", [
     ("float32", {"jax_error": 3e-4}, "--matmul-precision float32: full float32"),  # JAX's TF32 default left on
     ("tf32", {"torch_error": 8e-7}, "--matmul-precision tf32: the same in both"),  # only JAX took TF32
+    ("float32", {"torch_conv_error": 3e-4}, "--matmul-precision float32, convolution: full float32"),  # cuDNN's TF32
+    ("tf32", {"jax_conv_error": 3e-7}, "--matmul-precision tf32, convolution: the same in both"),
 ])
 def test_the_precision_checks_fail_when_the_frameworks_differ(where, error, fails):
     facts = {**PRECISION, where: {**PRECISION[where], **error}}
