@@ -305,7 +305,7 @@ def resume(study) -> int:
                if t.state.is_finished())
 
 
-def report(study, args: Args, fixed: list[str], out: Path):
+def print_trials(study, args: Args, fixed: list[str], out: Path):
     from rich.console import Console
     from rich.table import Table
 
@@ -360,7 +360,7 @@ def main():
     except KeyboardInterrupt:
         print("interrupted: the same command resumes the study", file=sys.stderr)
         sys.exit(130)
-    report(study, args, fixed, out)
+    print_trials(study, args, fixed, out)
 
 
 if __name__ == "__main__":
