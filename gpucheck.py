@@ -198,9 +198,8 @@ def checks_of(name: str, facts: dict) -> list[tuple[bool, str, str]]:
 
 def precision_checks(facts: dict) -> list[tuple[bool, str, str]]:
     """Each setting, for a matmul and for a convolution: full float32 in both frameworks, or TF32 in both."""
-    out = []
+    out, full, tf32 = [], facts["float32"], facts["tf32"]
     for op, key in (("", "error"), (", convolution", "conv_error")):
-        full, tf32 = facts["float32"], facts["tf32"]
         seen = lambda f: (f"torch {f['reported']['torch']} (error {f['torch_' + key]:.1e}), "
                           f"JAX {f['reported']['jax']} (error {f['jax_' + key]:.1e})")
         out += [(max(full["torch_" + key], full["jax_" + key]) < PRECISION_ERROR,

@@ -17,7 +17,7 @@ from .expensive import ITERATION
 from .gpu import GPU_COUNTS, SCALE_TORCH, num_envs, on_gpu, precision
 from .output import NAMES
 from .target import LEARNING, SHARE, pair_targets, study_targets, time_to
-from .stats import STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
+from .stats import MIN_REPEATS, STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
 
 JAX_ENV = ("linen", "nnx", "nnx_cached", "equinox", "torch", "torch_compile")  # the scripts as meant to run
 OWN_ENV = ("linen", "nnx", "torch-torchenv", "torch_compile-torchenv")  # each steps the env in its own language
@@ -31,7 +31,6 @@ DQN_OWN = ("dqn_linen", "dqn_nnx", "dqn_equinox", "dqn_torch-torchenv", "dqn_tor
 DQN_CPU = ("dqn_torch_gymnasium", "dqn_torch_gymnasium-host", "dqn_linen_gymnasium", "dqn_linen_gymnasium-host")
 OFFPOLICY = ("linen", "nnx", "equinox", "torch", "torch-host", "torch_compile", "torch_compile-host")  # TD3's, SAC's
 OFFPOLICY_OWN = ("linen", "nnx", "equinox", "torch-torchenv", "torch_compile-torchenv")
-MIN_REPEATS = 3  # a regime is decided only by pairs from at least this many repeats (seeds), whatever its envs
 RUN_LENGTH = 1_000_000  # env steps (per agent): the run whose whole time the table also compares
 
 
@@ -187,7 +186,7 @@ def decide(runs, value) -> dict | None:
             chosen[c] = pick
             per_env.setdefault(c[0], []).append(here[pick["PyTorch"]] / here[pick["JAX"]])
     per_env = [np.array(r) for r in per_env.values()]
-    if len({c[2] for c in chosen}) < MIN_REPEATS:  # c[2]: the seed, bench.sh's repeat
+    if len({c[2] for c in chosen}) < MIN_REPEATS:  # c[2]: the seed, bench.sh's repeat; whatever the envs
         return None
     row = ratio_row(per_env)
     picks = {fw: Counter(pick[fw] for pick in chosen.values()).most_common() for fw in ("JAX", "PyTorch")}

@@ -16,6 +16,7 @@ import numpy as np
 
 MIN_FOR_INTERVAL = 5  # below this many units, a bootstrap interval says more than the data
 STEADY_FROM, MIN_STEADY = 8, 10  # the steady state: iterations 8..end, at least 10 of them
+MIN_REPEATS = 3  # a regime is decided, and a GPU claim made, only from at least this many repeats (seeds)
 TOO_SHORT = "too short"  # a cell whose runs ran but have no steady state
 TOO_SHORT_NOTE = f'"{TOO_SHORT}": runs of fewer than {STEADY_FROM + MIN_STEADY} iterations, with no steady state.'
 MODELS = ("small", "medium", "large")

@@ -935,8 +935,10 @@ def test_gpu_ratios_next_to_the_cpu_and_tf32_against_float32(tmp_path):
 def test_gpuscale_by_env_count_on_the_gpu_and_the_same_machines_cpu(tmp_path):
     """bench.sh's gpuscale folder: per number of envs, Linen against PyTorch compiled with its env in torch on the
     GPU, and on the same machine's CPU in a row of its own (a GPU run never pairs with a CPU run), steady and whole
-    run; the other variants' ratios in a table of their own."""
+    run; the other variants' ratios in a table of their own. The claims the docs make of it rest on counts with
+    three repeats, as the decision table's rows do: two decide nothing."""
     from analysis import gpu
+    from analysis.output import Output
 
     runs_dir = tmp_path / "runs"
     for seed in (1, 2):
@@ -955,6 +957,16 @@ def test_gpuscale_by_env_count_on_the_gpu_and_the_same_machines_cpu(tmp_path):
     assert rows[0][6:] == ["12.5 / 125", "37.5 / 375", "0.500 / 5.00"]  # rollout, update (a quarter, three), iteration 0
     assert gpu.variant_rows(loaded) == [["512", "PyTorch, eager, its env in torch", "30.00x (30.00–30.00, 2 repeats)",
                                          "1.20x (1.20–1.20, 2 repeats)"]]
+    out = Output(tmp_path / "out")
+    gpu.gpuscale_claims(loaded, out)
+    assert out.claims["gpuscale-linen-faster"][0] is False  # two repeats
+    for variant, factor in (("linen", 0.1), (gpu.SCALE_TORCH, 1.0)):
+        fake_run(runs_dir / "gpu" / "gpuscale" / "r3" / "envs512", variant, "CartPole-v1", "small", 3, 10.0,
+                 [x * factor for x in ITERATIONS], synced=True, device="NVIDIA H100", num_envs=512)
+    out = Output(tmp_path / "out")
+    gpu.gpuscale_claims(runs.find_runs([str(runs_dir)])[0], out)
+    assert out.claims["gpuscale-linen-faster"][:2] == (True, ("faster",))
+    assert out.claims["gpuscale-gap-narrows-with-envs"][0] is False  # one count: no trend
 
 
 def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_follows(tmp_path):

@@ -191,6 +191,8 @@ def test_gpuscale_preset():
     assert sum("ppo_torch_compile.py --compile-mode default --torch-env" in line for line in lines) == 9
     kept = planned("gpuscale", "--env-counts", "64", "--variants", "linen,torch_compile-torchenv")
     assert len(kept) == 2 and all("/envs64 " in line and "--num-envs 64" in line for line in kept)
+    longer = planned("gpuscale", "--iterations", "25")  # said once, not once by the preset and again by the option
+    assert all(line.count("--num-iterations") == 1 and line.endswith("--num-iterations 25") for line in longer)
 
 
 def test_dqn_presets():
