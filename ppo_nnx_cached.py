@@ -17,12 +17,15 @@ import time
 
 START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
+import cProfile
+import importlib.util
 import json
 import math
 import os
 import platform
 import resource
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from importlib import metadata
@@ -104,6 +107,13 @@ class Args:
     """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
     eval_episodes: int = 0
     """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
+    profile: bool = False
+    """trace iterations 3 and 4 into the run directory: the compiled programs' ops (plugins/profile/, Perfetto
+    or TensorBoard open it) and
+    Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
+    track: Literal["mlflow", "wandb"] | None = None
+    """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
+    (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
     jit: bool = True
     """wrap rollout and update in nnx.jit (--no-jit: benchback-rl's "none", each lax.scan compiles per call)"""
 
@@ -486,9 +496,11 @@ def rollout(model: ActorCritic, runner: Runner, env, env_params, args: Args):
 
     def step(runner: Runner, _):  # reads the model, never changes it: lax.scan can close over it
         key, action_key = jax.random.split(runner.key)
-        policy = model.policy(runner.obs)  # acting needs only the actor
-        action = sample(action_key, policy)
-        env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs, args.gamma)
+        with jax.named_scope("policy_step"):  # names in the compiled program (--profile)
+            policy = model.policy(runner.obs)  # acting needs only the actor
+            action = sample(action_key, policy)
+        with jax.named_scope("env_step"):
+            env_state, out = env_step(runner.env_state, action, env, env_params, args.num_envs, args.gamma)
         return Runner(key, env_state, out.obs), (runner.obs, action, policy, out)
 
     runner, (obs, actions, policy, out) = jax.lax.scan(step, runner, length=args.num_steps)
@@ -574,6 +586,7 @@ def ppo_loss(model: ActorCritic, mb: Batch, args: Args):
     return loss, stats
 
 
+@jax.named_scope("minibatch_step")
 def minibatch_step(model: ActorCritic, optimizer: nnx.Optimizer, mb: Batch, args: Args):
     """One optimizer step, in place: loss, gradients, global-norm clip, Adam."""
     grads, stats = nnx.grad(ppo_loss, has_aux=True)(model, mb, args)
@@ -608,6 +621,7 @@ def update(model: ActorCritic, optimizer: nnx.Optimizer, batch: Batch, shuffle_k
 # %% training loop with logging
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch")
 THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+PROFILED = range(2, 4)  # --profile's iterations (from 0): the first compiles, the second warms up
 
 
 def machine() -> dict:
@@ -652,11 +666,66 @@ def peak_device_mb():
     return stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
 
 
+TRACKERS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # --track's module, and the package that brings it
+
+
+class MLflowWriter(Writer):
+    """TensorBoard's writer that also hands each step's scalars to MLflow: one call per step, at each flush."""
+
+    def __init__(self, run_dir: str, mlflow):
+        super().__init__(run_dir)
+        self.mlflow, self.pending = mlflow, {}
+
+    def add_scalar(self, tag, data, step, **kwargs):
+        super().add_scalar(tag, data, step, **kwargs)
+        self.pending.setdefault(int(step), {})[tag] = float(data)
+
+    def flush(self):
+        super().flush()
+        for step in sorted(self.pending):
+            self.mlflow.log_metrics(self.pending.pop(step), step=step)
+
+    def close(self):
+        self.flush()
+        super().close()
+
+
+def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
+    """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
+    params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
+    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track); its own
+        import wandb  # files beside the run directories: inside one, it would read their copy of the events too
+        wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
+    elif args.track == "mlflow":
+        import mlflow
+        if "MLFLOW_TRACKING_URI" not in os.environ:  # else the user's server or store: MLflow reads the variable
+            mlflow.set_tracking_uri(f"sqlite:///{os.path.abspath(run_dir)}/mlflow.db")  # a store in the run directory
+            mlflow.create_experiment("benchback", os.path.abspath(os.path.join(run_dir, "mlflow")))
+        mlflow.set_experiment("benchback")
+        mlflow.start_run(run_name=name)
+        mlflow.log_params(params)
+        return MLflowWriter(run_dir, mlflow)
+    return Writer(run_dir)
+
+
+def end_tracking(args: Args, run_dir: str, summary: dict | None):
+    """With --track: the saved model to MLflow, and the tracker's run ended (failed without a summary)."""
+    if args.track == "mlflow":
+        import mlflow
+        if summary and summary["saved_model"]:
+            mlflow.log_artifact(os.path.join(run_dir, summary["saved_model"]))
+        mlflow.end_run("FINISHED" if summary else "FAILED")
+    elif args.track == "wandb":
+        import wandb
+        wandb.finish(exit_code=0 if summary else 1)
+
+
 class RunLog:
     """Writes each iteration's scalars and keeps what summary.json needs."""
 
-    def __init__(self, writer: Writer, args: Args, variant: str):
-        self.writer, self.args, self.variant = writer, args, variant
+    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
+        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
         self.episodes = []  # (count, return sum) per iteration
 
     def iteration(self, iteration: int, times: dict, stats: dict) -> str:
@@ -678,7 +747,19 @@ class RunLog:
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
             write("memory/peak_device_mb", device_mb, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
+        if self.args.profile and iteration + 1 in (PROFILED.start, PROFILED.stop):
+            self.trace(start=iteration + 1 == PROFILED.start)
         return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
+
+    def trace(self, start: bool):
+        """--profile: starts or ends the trace of the iterations in PROFILED (docs/profiling.md)."""
+        if start:
+            jax.profiler.start_trace(self.run_dir, create_perfetto_trace=True)
+            self.python.enable()
+        else:
+            self.python.disable()
+            jax.profiler.stop_trace()
+            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
@@ -692,6 +773,11 @@ class RunLog:
         """Mean return of the episodes that ended in the last 10 iterations."""
         count = sum(n for n, _ in self.episodes[-10:])
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def region(name: str, on: bool):
+    """A named range on the host's side of --profile's trace; when not profiling, nothing."""
+    return jax.profiler.TraceAnnotation(name) if on else nullcontext()
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
@@ -727,11 +813,13 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
         task = progress.add_task(first, total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
-            runner, batch, rollout_stats = rollout_fn(runner)
+            with region("rollout", args.profile):
+                runner, batch, rollout_stats = rollout_fn(runner)
             if args.sync_timing:
                 jax.block_until_ready(batch)
                 t1 = time.perf_counter()
-            update_stats = update_fn(batch)  # changes model and optimizer in place
+            with region("update", args.profile):
+                update_stats = update_fn(batch)  # changes model and optimizer in place
             if args.sync_timing:
                 jax.block_until_ready(nnx.state(model))
                 t2 = time.perf_counter()
@@ -760,6 +848,11 @@ def check_args(args: Args):
         for name in names:  # (None: the action space's default, set by with_defaults)
             if getattr(args, name) is not None and not valid(getattr(args, name)):
                 fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.profile and args.num_iterations < PROFILED.stop:
+        fail(f"--profile traces iterations {PROFILED.start + 1} to {PROFILED.stop}: "
+             f"num_iterations must be at least {PROFILED.stop}, got {args.num_iterations}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
 
 
 def with_defaults(args: Args, continuous_actions: bool) -> Args:
@@ -801,8 +894,8 @@ def main():
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
-    writer = Writer(run_dir)
-    log = RunLog(writer, args, variant)
+    writer = make_writer(args, variant, run_dir)
+    log = RunLog(writer, args, variant, run_dir)
     try:
         model, optimizer, norm = train(args, env, env_params, log, saved)
         # the timed part ends here: saving and evaluating come after it
@@ -815,6 +908,7 @@ def main():
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()
+        end_tracking(args, run_dir, summary if sys.exc_info()[0] is None else None)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
         json.dump(summary, f, indent=2)
     evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""

@@ -1,5 +1,7 @@
 """What the tests share: the scripts, running them, reading what a run wrote."""
 
+import collections
+import gzip
 import importlib.util
 import json
 import math
@@ -93,6 +95,21 @@ def wall_times(run_dir, tag="time/iteration") -> list[float]:
     return [e.wall_time for e in (acc.Tensors(tag) if tag in acc.Tags()["tensors"] else acc.Scalars(tag))]
 
 
+REGIONS = ("rollout", "env_step", "policy_step", "update", "minibatch_step")  # --profile's names, every script
+
+
+def traced(run_dir) -> tuple[collections.Counter, bytes]:
+    """What --profile wrote: its trace's ranges counted by name (jax.profiler's Perfetto trace or torch.profiler's
+    Chrome trace, both gzipped JSON), and the compiled programs JAX describes beside it (the XPlane protobuf,
+    where jax.named_scope's names are)."""
+    traces = [*Path(run_dir).glob("plugins/profile/*/perfetto_trace.json.gz"), *Path(run_dir).glob("trace.json.gz")]
+    assert len(traces) == 1, f"one trace expected in {run_dir}, found {traces}"
+    with gzip.open(traces[0]) as f:
+        events = json.load(f)["traceEvents"]
+    names = collections.Counter(e["name"] for e in events if e.get("ph") == "X")
+    return names, b"".join(p.read_bytes() for p in Path(run_dir).glob("plugins/profile/*/*.xplane.pb"))
+
+
 def load(script: str, fresh: bool = False):
     """Imports a script as a module (its main() does not run). A fresh copy is private to its
     caller: what the caller changes in it (compiled functions, say) no other test sees."""
@@ -130,7 +147,7 @@ def train_in_process(script: str, log_dir, watch=None, load_model=None, **change
     if load_model:  # as main() reads it (Equinox's reader takes the env: its shapes make the model)
         saved = m.read_model(str(load_model), args, *(env if "env" in inspect.signature(m.read_model).parameters else ()))
     writer = m.Writer(str(log_dir))
-    m.train(args, *env, (watch(m) if watch else m.RunLog)(writer, args, "in-process"), saved)
+    m.train(args, *env, (watch(m) if watch else m.RunLog)(writer, args, "in-process", str(log_dir)), saved)
     writer.close()
     return m
 

@@ -535,18 +535,22 @@ def test_broken_runs_reported_and_skipped(synthetic):
     (corrupt / "run.json").write_text("{not json")
     damaged = fake_run(runs_dir, "linen", "CartPole-v1", "small", 10, 10.0, ITERATIONS)
     next(damaged.glob("*tfevents*")).write_bytes(b"\x00garbage" * 64)
+    profiled = fake_run(runs_dir, "linen", "CartPole-v1", "small", 11, 10.0, ITERATIONS)
+    info = json.loads((profiled / "run.json").read_text())
+    (profiled / "run.json").write_text(json.dumps({**info, "args": {**info["args"], "profile": True}}))
     (runs_dir / "not_a_run").mkdir()
     (runs_dir / "not_a_run" / "notes.txt").write_text("ignored")
 
     proc = analyze(runs_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "skipped" in line]
-    for run_dir, why in ((partial, "partial"), (empty, "empty"), (corrupt, "corrupt"), (damaged, "")):
+    for run_dir, why in ((partial, "partial"), (empty, "empty"), (corrupt, "corrupt"), (damaged, ""),
+                         (profiled, "--profile")):
         assert any(run_dir.name in w and why in w for w in warnings), (run_dir.name, warnings)
     assert not any("not_a_run" in w for w in warnings)
-    assert len(warnings) == 4
+    assert len(warnings) == 5
     report = (out / "REPORT.md").read_text()
-    assert "8 runs read" in report and "4 skipped" in report
+    assert "8 runs read" in report and "5 skipped" in report
 
 
 def test_archive_reads_as_the_folder(synthetic, tmp_path):

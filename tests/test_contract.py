@@ -4,11 +4,12 @@ import ast
 import dataclasses
 import math
 import os
+import pstats
 
 import numpy as np
 import pytest
-from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY,
-                     TINY_ARGS, frameworks, load, read_json, run, run_ok, scalars, summary_keys, wall_times)
+from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, REGIONS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY,
+                     TINY_ARGS, frameworks, load, read_json, run, run_ok, scalars, summary_keys, traced, wall_times)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -17,7 +18,7 @@ SHARED_ARGS = {
     "clip_coef": 0.2, "clip_vloss": True, "ent_coef": None, "vf_coef": 0.5, "max_grad_norm": 0.5,
     "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "normalize": True, "bootstrap_truncation": True, "seed": 1,
     "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs", "save_model": False, "load_model": None,
-    "eval_episodes": 0,
+    "eval_episodes": 0, "profile": False, "track": None,
 }
 # the defaults an action space picks for the fields left None above: the seed README's, CleanRL's continuous script's
 ACTION_SPACE_DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
@@ -113,13 +114,13 @@ SAVE_AND_EVALUATE = ("--save-model", "--eval-episodes", "3")
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     """One tiny run per script that saves its model and evaluates it, plus a second with the same
-    seed and --sync-timing: the determinism test compares them (neither blocking to time the phases
-    nor what runs after training may change a number)."""
+    seed, --sync-timing and --profile: the determinism test compares them (neither blocking to time
+    the phases, nor tracing, nor what runs after training may change a number)."""
     runs = {}
     for script in SCRIPTS:
         log_dir = tmp_path_factory.mktemp(script.removesuffix(".py"))
         runs[script] = (run_ok(script, *TINY, *SAVE_AND_EVALUATE, log_dir=log_dir),
-                        run_ok(script, *TINY, "--sync-timing", log_dir=log_dir))
+                        run_ok(script, *TINY, "--sync-timing", "--profile", log_dir=log_dir))
     return runs
 
 
@@ -176,6 +177,20 @@ def test_same_seed_same_metrics(script, tiny_runs):
     first, second = (scalars(run_dir) for run_dir in tiny_runs[script])
     for tag in DETERMINISTIC_TAGS:
         assert first[tag] == second[tag], f"{tag} differs between two runs with seed 1 (the second with --sync-timing)"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_profile_traces_the_named_regions(script, tiny_runs):
+    """--profile (the second tiny run): two iterations traced, each named region in the trace (a range on the
+    host) or in the compiled programs' metadata beside it (jax.named_scope); Python's side as a cProfile file.
+    The first run, without --profile, wrote neither."""
+    plain, profiled = tiny_runs[script]
+    names, compiled = traced(profiled)
+    assert names["rollout"] == names["update"] == 2, names.most_common(20)
+    assert [r for r in REGIONS if not names[r] and f"/{r}/".encode() not in compiled] == []  # (a scope's path)
+    python = pstats.Stats(str(profiled / "python.prof")).stats  # (file, line, function) -> its times
+    assert (script, "iteration") in {(os.path.basename(file), function) for file, _, function in python}
+    assert not {"plugins", "trace.json.gz", "python.prof"} & {p.name for p in plain.iterdir()}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -244,6 +259,8 @@ BAD_INPUTS = {
     "no torch twin": (["--torch-env", "--env-id", "Breakout-MinAtar"], ["--torch-env", "Breakout-MinAtar", "CartPole-v1",
                                                                        "Pendulum-v1"]),
     "torch env without jit": (["--torch-env", "--no-jit-env"], ["--no-jit-env", "--torch-env"]),
+    "too few iterations to profile": (["--profile", "--num-iterations", "3"],
+                                      ["--profile", "num_iterations", "4", "3"]),
 }
 
 

@@ -6,6 +6,7 @@ test_compilation.py):
   or Python `if` on a tensor, and an .item(), .tolist(), float() or `if` on a JAX array, is
   counted and fails the test (np.asarray of a JAX array reads its buffer directly and is not
   seen: inside jit, where the JAX scripts' rollout and update run, it fails to trace anyway);
+  so is a call into either framework's profiler: a run without --profile makes none;
 - --sync-timing measures the work: with known work put into every env step and every minibatch
   step (XLA's, which JAX runs asynchronously, in the JAX steps; a sleep in the host's), time/rollout
   and time/update each hold their work, and together they are the iteration (a deleted
@@ -19,7 +20,7 @@ import functools
 import time
 
 import pytest
-from helpers import AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, SCRIPTS, TINY_ARGS, train_in_process
+from helpers import AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, REGIONS, SCRIPTS, TINY_ARGS, train_in_process
 
 TORCH_READS = ("item", "tolist", "numpy", "cpu", "__float__", "__bool__", "__int__")
 STEPS = TINY_ARGS["num_steps"]
@@ -42,7 +43,7 @@ def expected_reads(script, changes) -> collections.Counter:
 @contextlib.contextmanager
 def counting_host_reads(counts: collections.Counter, active: list):
     """Counts, while active[0], every host read of a torch tensor, every conversion of a JAX array,
-    and each jax.device_get (as one fetch)."""
+    each jax.device_get (as one fetch), and each call into a profiler (--profile's ranges and traces)."""
     import jax
     import torch
     from jax._src.array import ArrayImpl
@@ -52,10 +53,10 @@ def counting_host_reads(counts: collections.Counter, active: list):
 
     def counted(name, method):
         @functools.wraps(method)
-        def read(self, *args, **kwargs):
+        def read(*args, **kwargs):
             if active[0]:
                 counts[name] += 1
-            return method(self, *args, **kwargs)
+            return method(*args, **kwargs)
         return read
 
     def jax_value(self):
@@ -74,14 +75,31 @@ def counting_host_reads(counts: collections.Counter, active: list):
             active[0] = True
 
     get = jax.device_get
+    # JAX's public profiler functions (JAX itself calls its private ones); torch's classes stay classes, which
+    # torch.compile checks against, and torch's own ranges (an optimizer's step opens one) are not --profile's
+    profilers = {(jax.profiler, "TraceAnnotation"): jax.profiler.TraceAnnotation,
+                 (jax.profiler, "start_trace"): jax.profiler.start_trace,
+                 (torch.profiler.profile, "start"): torch.profiler.profile.start,
+                 (torch.profiler.record_function, "__init__"): torch.profiler.record_function.__init__}
+    regions = counted("torch.profiler.record_function", lambda *args, **kwargs: None)
+
+    def record_function(self, name, *args, **kwargs):
+        if name in REGIONS:
+            regions(name)
+        profilers[torch.profiler.record_function, "__init__"](self, name, *args, **kwargs)
     try:
         for name, method in originals.items():
             setattr(torch.Tensor, name, counted(name, method))
+        for (owner, name), function in profilers.items():
+            setattr(owner, name, counted(f"{owner.__name__}.{name}", function))
+        torch.profiler.record_function.__init__ = record_function
         ArrayImpl._value, jax.device_get = property(jax_value), device_get
         yield
     finally:
         for name, method in originals.items():
             setattr(torch.Tensor, name, method)
+        for (owner, name), function in profilers.items():
+            setattr(owner, name, function)
         ArrayImpl._value, jax.device_get = value, get
 
 

@@ -226,7 +226,8 @@ def test_normalization_statistics_are_saved_and_restored(script, toggle, tmp_pat
            else m.make_torch_env(args.env_id, "cpu") if toggle else m.make_env(args.env_id))
     args = m.with_defaults(args, continuous_actions=True)
     writer = m.Writer(str(tmp_path))
-    *trained, norm = m.train(args, *env, m.RunLog(writer, args, "in-process"))  # (model and optimizer), statistics
+    log = m.RunLog(writer, args, "in-process", str(tmp_path))
+    *trained, norm = m.train(args, *env, log)  # (model and optimizer), statistics
     m.save_model(str(tmp_path), *trained, norm, args)
     read = lambda args: m.read_model(str(tmp_path), args, *(env if "env" in inspect.signature(m.read_model).parameters
                                                             else (m.normalizes(args, *env),)))  # as main() reads
@@ -237,8 +238,8 @@ def test_normalization_statistics_are_saved_and_restored(script, toggle, tmp_pat
     assert saved["obs"]["count"] > 3 * args.num_envs * args.num_steps  # what training saw
 
     start = dataclasses.replace(args, num_iterations=0)
-    *_, loaded = m.train(start, *env, m.RunLog(writer, start, "in-process"), read(args))
-    *_, fresh = m.train(start, *env, m.RunLog(writer, start, "in-process"))
+    *_, loaded = m.train(start, *env, m.RunLog(writer, start, "in-process", str(tmp_path)), read(args))
+    *_, fresh = m.train(start, *env, m.RunLog(writer, start, "in-process", str(tmp_path)))
     writer.close()
     assert float(loaded.obs.count) == pytest.approx(saved["obs"]["count"] + args.num_envs)
     assert float(fresh.obs.count) == pytest.approx(1e-4 + args.num_envs)
