@@ -17,12 +17,15 @@ import time
 START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
 import io
+import cProfile
+import importlib.util
 import json
 import math
 import os
 import platform
 import resource
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
@@ -85,6 +88,13 @@ class Args:
     """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
     eval_episodes: int = 0
     """after training, run this many episodes of the actor's action, no noise, on fresh environments (eval/...)"""
+    profile: bool = False
+    """trace the last two iterations into the run directory: the compiled programs' ops (plugins/profile/, Perfetto
+    or TensorBoard open it) and
+    Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
+    track: Literal["mlflow", "wandb"] | None = None
+    """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
+    (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
 
 
 MODELS = {"small": (256, 256)}  # hidden widths of the actor and of each critic
@@ -154,6 +164,7 @@ def env_reset(key, env, env_params, num_envs):
     return obs.astype(jnp.float32), EnvState(key, state, jnp.zeros(num_envs), jnp.zeros(num_envs))
 
 
+@jax.named_scope("env_step")  # a name in the compiled programs (--profile)
 def env_step(state: EnvState, action, env, env_params, num_envs):
     """Steps every env (auto-reset) and keeps the episode statistics on device."""
     key, step_key = jax.random.split(state.key)
@@ -285,6 +296,7 @@ class Buffer(NamedTuple):
         return cls(zeros(obs_dim), zeros(obs_dim), zeros(action_dim), zeros(), zeros(dtype=bool),
                    jnp.int32(0), jnp.int32(0))
 
+    @jax.named_scope("buffer")
     def add(self, obs, next_obs, action, reward, terminated):
         """One row per env, overwriting the oldest once full."""
         capacity, n = self.obs.shape[0], obs.shape[0]
@@ -294,6 +306,7 @@ class Buffer(NamedTuple):
                       put(self.reward, reward), put(self.terminated, terminated), (self.pos + n) % capacity,
                       jnp.minimum(self.size + n, capacity))
 
+    @jax.named_scope("buffer")
     def sample(self, key, batch_size: int):
         """Uniform over the written slots only."""
         rows = jax.random.randint(key, (batch_size,), 0, self.size)
@@ -302,6 +315,7 @@ class Buffer(NamedTuple):
 
 
 # %% the critics' and the actor's updates
+@jax.named_scope("update")
 def critic_update(nets: Networks, q_opt_state, batch, noise, tx, args: Args):
     """One Adam step on both critics' squared errors against one target: the smaller of the two target
     critics at the target actor's action plus clipped noise (noise: standard normal, one per action), not
@@ -322,6 +336,7 @@ def critic_update(nets: Networks, q_opt_state, batch, noise, tx, args: Args):
     return nets._replace(critics=eqx.apply_updates(nets.critics, updates)), q_opt_state, loss, q1.mean()
 
 
+@jax.named_scope("update")
 def actor_update(nets: Networks, actor_opt_state, obs, tx, tau: float):
     """One Adam step up the first critic's value of the actor's action, then every target a Polyak step."""
     loss, grads = eqx.filter_value_and_grad(lambda actor: -batched(nets.critics[0], obs, batched(actor, obs)).mean())(
@@ -341,6 +356,7 @@ class Runner(NamedTuple):
     global_step: jax.Array  # env steps so far, over all envs: CleanRL's global_step
 
 
+@jax.named_scope("policy_step")
 def act(actor: Actor, obs, key, uniform, noise_scale: float):
     """Each env's action: uniform in the bounds (before learning starts), else the actor's plus Gaussian noise of
     noise_scale action scales, clipped to the bounds."""
@@ -444,12 +460,68 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
     return run_dir
 
 
+TRACKERS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # --track's module, and the package that brings it
+
+
+class MLflowWriter(Writer):
+    """TensorBoard's writer that also hands each step's scalars to MLflow: one call per step, at each flush."""
+
+    def __init__(self, run_dir: str, mlflow):
+        super().__init__(run_dir)
+        self.mlflow, self.pending = mlflow, {}
+
+    def add_scalar(self, tag, data, step, **kwargs):
+        super().add_scalar(tag, data, step, **kwargs)
+        self.pending.setdefault(int(step), {})[tag] = float(data)
+
+    def flush(self):
+        super().flush()
+        for step in sorted(self.pending):
+            self.mlflow.log_metrics(self.pending.pop(step), step=step)
+
+    def close(self):
+        self.flush()
+        super().close()
+
+
+def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
+    """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
+    params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
+    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track); its own
+        import wandb  # files beside the run directories: inside one, it would read their copy of the events too
+        wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
+    elif args.track == "mlflow":
+        import mlflow
+        if "MLFLOW_TRACKING_URI" not in os.environ:  # else the user's server or store: MLflow reads the variable
+            mlflow.set_tracking_uri(f"sqlite:///{os.path.abspath(run_dir)}/mlflow.db")  # a store in the run directory
+            mlflow.create_experiment("benchback", os.path.abspath(os.path.join(run_dir, "mlflow")))
+        mlflow.set_experiment("benchback")
+        mlflow.start_run(run_name=name)
+        mlflow.log_params(params)
+        return MLflowWriter(run_dir, mlflow)
+    return Writer(run_dir)
+
+
+def end_tracking(args: Args, run_dir: str, summary: dict | None):
+    """With --track: the saved model to MLflow, and the tracker's run ended (failed without a summary)."""
+    if args.track == "mlflow":
+        import mlflow
+        if summary and summary["saved_model"]:
+            mlflow.log_artifact(os.path.join(run_dir, summary["saved_model"]))
+        mlflow.end_run("FINISHED" if summary else "FAILED")
+    elif args.track == "wandb":
+        import wandb
+        wandb.finish(exit_code=0 if summary else 1)
+
+
 class RunLog:
     """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
     summary.json needs."""
 
-    def __init__(self, writer: Writer, args: Args, variant: str):
-        self.writer, self.args, self.variant = writer, args, variant
+    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
+        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
+        self.iterations = args.total_timesteps // args.log_frequency
         self.episodes = []  # (count, return sum) per iteration
 
     def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
@@ -469,7 +541,19 @@ class RunLog:
             write("losses/actor_loss", stats["actor_loss"], step)
         write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
+        if self.args.profile and iteration + 1 in (self.iterations - 2, self.iterations):  # the last two traced
+            self.trace(start=iteration + 1 < self.iterations)
         return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def trace(self, start: bool):
+        """--profile: starts or ends the trace of the last two iterations (docs/profiling.md)."""
+        if start:
+            jax.profiler.start_trace(self.run_dir, create_perfetto_trace=True)
+            self.python.enable()
+        else:
+            self.python.disable()
+            jax.profiler.stop_trace()
+            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
@@ -483,6 +567,11 @@ class RunLog:
         """Mean return of the episodes that ended in the last 10 iterations."""
         count = sum(n for n, _ in self.episodes[-10:])
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def region(name: str, on: bool):
+    """A named range on the host's side of --profile's trace; when not profiling, nothing."""
+    return jax.profiler.TraceAnnotation(name) if on else nullcontext()
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: tuple | None = None):
@@ -509,7 +598,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: tuple | None = None):
         task = progress.add_task(f"{log.variant}: iteration 0, compiling", total=num_iterations)
         for i in range(num_iterations):
             t0 = time.perf_counter()
-            nets, opt_states, runner, stats = iteration_fn(nets, opt_states, runner)
+            with region("iteration", args.profile):
+                nets, opt_states, runner, stats = iteration_fn(nets, opt_states, runner)
             stats = jax.device_get(stats)  # the one host fetch, which waits for the iteration
             progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
     return nets, opt_states
@@ -543,6 +633,11 @@ def check_args(args: Args):
     if args.total_timesteps and args.learning_starts >= args.total_timesteps:
         fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
              f"{args.total_timesteps}): it would never learn")
+    if args.profile and args.total_timesteps // args.log_frequency < 3:  # the first iteration compiles
+        fail(f"--profile traces the last two iterations after a first: total_timesteps must be at least "
+             f"3 * log_frequency = {3 * args.log_frequency}, got {args.total_timesteps}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
 
 
 def set_matmul_precision(precision: str) -> dict:
@@ -559,8 +654,8 @@ def main():
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
-    writer = Writer(run_dir)
-    log = RunLog(writer, args, variant)
+    writer = make_writer(args, variant, run_dir)
+    log = RunLog(writer, args, variant, run_dir)
     try:
         nets, opt_states = train(args, env, env_params, log, saved)
         # the timed part ends here: saving and evaluating come after it
@@ -573,6 +668,7 @@ def main():
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()
+        end_tracking(args, run_dir, summary if sys.exc_info()[0] is None else None)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
         json.dump(summary, f, indent=2)
     evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""

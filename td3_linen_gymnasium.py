@@ -18,12 +18,15 @@ import time
 
 START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
+import cProfile
+import importlib.util
 import json
 import math
 import os
 import platform
 import resource
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
@@ -90,6 +93,13 @@ class Args:
     """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
     eval_episodes: int = 0
     """after training, run this many episodes of the actor's action, no noise, on fresh environments (eval/...)"""
+    profile: bool = False
+    """trace the last two iterations into the run directory: the compiled programs' ops (plugins/profile/, Perfetto
+    or TensorBoard open it) and
+    Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
+    track: Literal["mlflow", "wandb"] | None = None
+    """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
+    (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
     buffer: Literal["device", "host"] = "device"
     """where the replay buffer lives: JAX arrays on the device, or NumPy arrays on the host (CleanRL's)"""
 
@@ -403,23 +413,27 @@ def iteration(actor_state, critic_state, buffer, runner: Runner, envs, fns: Comp
     steps, qf_losses, q1s, actor_losses, key, bounds = [], [], [], [], runner.key, action_bounds(envs)
     for _ in range(args.log_frequency // args.num_envs):
         t = runner.global_step
-        action = act(fns.policy, actor_state, runner.obs, t < args.learning_starts, args.exploration_noise, bounds,
-                     runner.rng)
-        env_state, out = env_step(envs, runner.env_state, action)
+        with region("policy_step", args.profile):
+            action = act(fns.policy, actor_state, runner.obs, t < args.learning_starts, args.exploration_noise, bounds,
+                         runner.rng)
+        with region("env_step", args.profile):
+            env_state, out = env_step(envs, runner.env_state, action)
         keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
         transition = (runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])
-        buffer = buffer.add(*transition) if isinstance(buffer, HostBuffer) else fns.add(buffer, *transition)
+        with region("buffer", args.profile):
+            buffer = buffer.add(*transition) if isinstance(buffer, HostBuffer) else fns.add(buffer, *transition)
         # CleanRL updates the critics at every global_step > learning-starts, the actor and the targets where it is
         # also a multiple of policy-frequency; with n envs a vector step covers global steps t..t+n-1
-        if t > args.learning_starts:
-            # the host's batch, or the device's buffer, which the update's call samples
-            source = buffer.sample(args.batch_size) if isinstance(buffer, HostBuffer) else buffer
-            delayed = (-t) % args.policy_frequency < args.num_envs
-            actor_state, critic_state, qf_loss, q1, actor_loss, key = fns.train(actor_state, critic_state, source, key,
-                                                                                delayed=delayed)
-            qf_losses.append(qf_loss), q1s.append(q1)
-            if delayed:
-                actor_losses.append(actor_loss)
+        with region("update", args.profile):
+            if t > args.learning_starts:
+                # the host's batch, or the device's buffer, which the update's call samples
+                source = buffer.sample(args.batch_size) if isinstance(buffer, HostBuffer) else buffer
+                delayed = (-t) % args.policy_frequency < args.num_envs
+                actor_state, critic_state, qf_loss, q1, actor_loss, key = fns.train(actor_state, critic_state, source,
+                                                                                    key, delayed=delayed)
+                qf_losses.append(qf_loss), q1s.append(q1)
+                if delayed:
+                    actor_losses.append(actor_loss)
         runner = Runner(key, env_state, out.obs, t + args.num_envs, runner.rng)
         steps.append((out.episode_return, out.episode_length))
     episode_return, episode_length = map(np.stack, zip(*steps))
@@ -487,12 +501,68 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict, env: di
     return run_dir
 
 
+TRACKERS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # --track's module, and the package that brings it
+
+
+class MLflowWriter(Writer):
+    """TensorBoard's writer that also hands each step's scalars to MLflow: one call per step, at each flush."""
+
+    def __init__(self, run_dir: str, mlflow):
+        super().__init__(run_dir)
+        self.mlflow, self.pending = mlflow, {}
+
+    def add_scalar(self, tag, data, step, **kwargs):
+        super().add_scalar(tag, data, step, **kwargs)
+        self.pending.setdefault(int(step), {})[tag] = float(data)
+
+    def flush(self):
+        super().flush()
+        for step in sorted(self.pending):
+            self.mlflow.log_metrics(self.pending.pop(step), step=step)
+
+    def close(self):
+        self.flush()
+        super().close()
+
+
+def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
+    """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
+    params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
+    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track); its own
+        import wandb  # files beside the run directories: inside one, it would read their copy of the events too
+        wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
+    elif args.track == "mlflow":
+        import mlflow
+        if "MLFLOW_TRACKING_URI" not in os.environ:  # else the user's server or store: MLflow reads the variable
+            mlflow.set_tracking_uri(f"sqlite:///{os.path.abspath(run_dir)}/mlflow.db")  # a store in the run directory
+            mlflow.create_experiment("benchback", os.path.abspath(os.path.join(run_dir, "mlflow")))
+        mlflow.set_experiment("benchback")
+        mlflow.start_run(run_name=name)
+        mlflow.log_params(params)
+        return MLflowWriter(run_dir, mlflow)
+    return Writer(run_dir)
+
+
+def end_tracking(args: Args, run_dir: str, summary: dict | None):
+    """With --track: the saved model to MLflow, and the tracker's run ended (failed without a summary)."""
+    if args.track == "mlflow":
+        import mlflow
+        if summary and summary["saved_model"]:
+            mlflow.log_artifact(os.path.join(run_dir, summary["saved_model"]))
+        mlflow.end_run("FINISHED" if summary else "FAILED")
+    elif args.track == "wandb":
+        import wandb
+        wandb.finish(exit_code=0 if summary else 1)
+
+
 class RunLog:
     """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
     summary.json needs."""
 
-    def __init__(self, writer: Writer, args: Args, variant: str):
-        self.writer, self.args, self.variant = writer, args, variant
+    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
+        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
+        self.iterations = args.total_timesteps // args.log_frequency
         self.episodes = []  # (count, return sum) per iteration
 
     def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
@@ -512,7 +582,19 @@ class RunLog:
             write("losses/actor_loss", stats["actor_loss"], step)
         write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
+        if self.args.profile and iteration + 1 in (self.iterations - 2, self.iterations):  # the last two traced
+            self.trace(start=iteration + 1 < self.iterations)
         return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def trace(self, start: bool):
+        """--profile: starts or ends the trace of the last two iterations (docs/profiling.md)."""
+        if start:
+            jax.profiler.start_trace(self.run_dir, create_perfetto_trace=True)
+            self.python.enable()
+        else:
+            self.python.disable()
+            jax.profiler.stop_trace()
+            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
@@ -526,6 +608,11 @@ class RunLog:
         """Mean return of the episodes that ended in the last 10 iterations."""
         count = sum(n for n, _ in self.episodes[-10:])
         return sum(s for _, s in self.episodes[-10:]) / count if count else None
+
+
+def region(name: str, on: bool):
+    """A named range on the host's side of --profile's trace; when not profiling, nothing."""
+    return jax.profiler.TraceAnnotation(name) if on else nullcontext()
 
 
 def train(args: Args, envs, log: RunLog, saved: dict | None = None):
@@ -555,8 +642,9 @@ def train(args: Args, envs, log: RunLog, saved: dict | None = None):
         task = progress.add_task(f"{log.variant}: iteration 0, compiling", total=num_iterations)
         for i in range(num_iterations):
             t0 = time.perf_counter()
-            actor_state, critic_state, buffer, runner, stats = iteration(actor_state, critic_state, buffer, runner,
-                                                                         envs, fns, args)
+            with region("iteration", args.profile):
+                actor_state, critic_state, buffer, runner, stats = iteration(actor_state, critic_state, buffer, runner,
+                                                                             envs, fns, args)
             stats = jax.device_get(stats)  # the one host fetch, which waits for the iteration
             progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
     return actor_state, critic_state
@@ -590,6 +678,11 @@ def check_args(args: Args):
     if args.total_timesteps and args.learning_starts >= args.total_timesteps:
         fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
              f"{args.total_timesteps}): it would never learn")
+    if args.profile and args.total_timesteps // args.log_frequency < 3:  # the first iteration compiles
+        fail(f"--profile traces the last two iterations after a first: total_timesteps must be at least "
+             f"3 * log_frequency = {3 * args.log_frequency}, got {args.total_timesteps}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
 
 
 def set_matmul_precision(precision: str) -> dict:
@@ -608,8 +701,8 @@ def main():
     env = {"id": args.env_id, "vectorization": args.vectorization,
            "autoreset": envs.metadata["autoreset_mode"].value}  # as the env reports it
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision, env)
-    writer = Writer(run_dir)
-    log = RunLog(writer, args, variant)
+    writer = make_writer(args, variant, run_dir)
+    log = RunLog(writer, args, variant, run_dir)
     try:
         actor_state, critic_state = train(args, envs, log, saved)
         # the timed part ends here: saving and evaluating come after it
@@ -621,6 +714,7 @@ def main():
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()
+        end_tracking(args, run_dir, summary if sys.exc_info()[0] is None else None)
         envs.close()
     with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
         json.dump(summary, f, indent=2)

@@ -19,12 +19,15 @@ import time
 START_TIME = time.time()  # before the heavy imports: the startup time counts them
 
 import copy
+import cProfile
+import importlib.util
 import json
 import math
 import os
 import platform
 import resource
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
@@ -87,6 +90,12 @@ class Args:
     """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
     eval_episodes: int = 0
     """after training, run this many episodes of the actor's action, no noise, on fresh environments (eval/...)"""
+    profile: bool = False
+    """trace the last two iterations into the run directory: torch's ops (trace.json.gz, Perfetto opens it) and
+    Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
+    track: Literal["mlflow", "wandb"] | None = None
+    """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
+    (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
     buffer: Literal["device", "host"] = "device"
     """where the replay buffer lives: tensors on torch's device, or NumPy arrays on the host (CleanRL's)"""
     torch_env: bool = False
@@ -468,18 +477,22 @@ def iteration(nets: Networks, buffer: Buffer, runner: Runner, env_step_fn, args:
     steps, qf_losses, q1s, actor_losses = [], [], [], []
     for _ in range(args.log_frequency // args.num_envs):
         t = runner.global_step
-        action = act(nets.actor, runner.obs, t < args.learning_starts, args.exploration_noise)
-        env_state, out = env_step_fn(runner.env_state, action)
-        buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
-                   torch.from_dlpack(out.terminated))
+        with region("policy_step", args.profile):
+            action = act(nets.actor, runner.obs, t < args.learning_starts, args.exploration_noise)
+        with region("env_step", args.profile):
+            env_state, out = env_step_fn(runner.env_state, action)
+        with region("buffer", args.profile):
+            buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
+                       torch.from_dlpack(out.terminated))
         # CleanRL updates the critics at every global_step > learning-starts, the actor and the targets where it is
         # also a multiple of policy-frequency; with n envs a vector step covers global steps t..t+n-1
-        if t > args.learning_starts:
-            batch = buffer.sample(args.batch_size)
-            qf_loss, q1 = critic_update(nets, batch, torch.randn_like(batch[2]), args)
-            qf_losses.append(qf_loss), q1s.append(q1)
-            if (-t) % args.policy_frequency < args.num_envs:
-                actor_losses.append(actor_update(nets, batch[0], args.tau))
+        with region("update", args.profile):
+            if t > args.learning_starts:
+                batch = buffer.sample(args.batch_size)
+                qf_loss, q1 = critic_update(nets, batch, torch.randn_like(batch[2]), args)
+                qf_losses.append(qf_loss), q1s.append(q1)
+                if (-t) % args.policy_frequency < args.num_envs:
+                    actor_losses.append(actor_update(nets, batch[0], args.tau))
         runner = Runner(env_state, torch.from_dlpack(out.obs), t + args.num_envs)
         steps.append(out)
     out = stack_steps(steps)
@@ -557,12 +570,68 @@ def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
     return run_dir
 
 
+TRACKERS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # --track's module, and the package that brings it
+
+
+class MLflowWriter(Writer):
+    """TensorBoard's writer that also hands each step's scalars to MLflow: one call per step, at each flush."""
+
+    def __init__(self, run_dir: str, mlflow):
+        super().__init__(run_dir)
+        self.mlflow, self.pending = mlflow, {}
+
+    def add_scalar(self, tag, data, step, **kwargs):
+        super().add_scalar(tag, data, step, **kwargs)
+        self.pending.setdefault(int(step), {})[tag] = float(data)
+
+    def flush(self):
+        super().flush()
+        for step in sorted(self.pending):
+            self.mlflow.log_metrics(self.pending.pop(step), step=step)
+
+    def close(self):
+        self.flush()
+        super().close()
+
+
+def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
+    """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
+    params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
+    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track); its own
+        import wandb  # files beside the run directories: inside one, it would read their copy of the events too
+        wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
+    elif args.track == "mlflow":
+        import mlflow
+        if "MLFLOW_TRACKING_URI" not in os.environ:  # else the user's server or store: MLflow reads the variable
+            mlflow.set_tracking_uri(f"sqlite:///{os.path.abspath(run_dir)}/mlflow.db")  # a store in the run directory
+            mlflow.create_experiment("benchback", os.path.abspath(os.path.join(run_dir, "mlflow")))
+        mlflow.set_experiment("benchback")
+        mlflow.start_run(run_name=name)
+        mlflow.log_params(params)
+        return MLflowWriter(run_dir, mlflow)
+    return Writer(run_dir)
+
+
+def end_tracking(args: Args, run_dir: str, summary: dict | None):
+    """With --track: the saved model to MLflow, and the tracker's run ended (failed without a summary)."""
+    if args.track == "mlflow":
+        import mlflow
+        if summary and summary["saved_model"]:
+            mlflow.log_artifact(os.path.join(run_dir, summary["saved_model"]))
+        mlflow.end_run("FINISHED" if summary else "FAILED")
+    elif args.track == "wandb":
+        import wandb
+        wandb.finish(exit_code=0 if summary else 1)
+
+
 class RunLog:
     """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
     summary.json needs."""
 
-    def __init__(self, writer: Writer, args: Args, variant: str):
-        self.writer, self.args, self.variant = writer, args, variant
+    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
+        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
+        self.iterations = args.total_timesteps // args.log_frequency
         self.episodes = []  # (count, return sum) per iteration
 
     def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
@@ -582,7 +651,21 @@ class RunLog:
             write("losses/actor_loss", stats["actor_loss"], step)
         write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
+        if self.args.profile and iteration + 1 in (self.iterations - 2, self.iterations):  # the last two traced
+            self.trace(start=iteration + 1 < self.iterations)
         return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
+
+    def trace(self, start: bool):
+        """--profile: starts or ends the trace of the last two iterations (docs/profiling.md)."""
+        if start:
+            self.tracer = torch.profiler.profile()  # the CPU's ops, and the GPU's kernels where there is one
+            self.tracer.start()
+            self.python.enable()
+        else:
+            self.python.disable()
+            self.tracer.stop()
+            self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
+            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
@@ -601,6 +684,11 @@ class RunLog:
 def torch_device() -> torch.device:
     """The device JAX steps the environments on, so that DLPack hands arrays over without a copy."""
     return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
+
+
+def region(name: str, on: bool):
+    """A named range in --profile's trace; when not profiling, nothing (record_function costs µs even then)."""
+    return torch.profiler.record_function(name) if on else nullcontext()
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None) -> Networks:
@@ -631,7 +719,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None) -
         task = progress.add_task(first, total=num_iterations)
         for i in range(num_iterations):
             t0 = time.perf_counter()
-            runner, stats = iteration(nets, buffer, runner, env_step_fn, args)
+            with region("iteration", args.profile):
+                runner, stats = iteration(nets, buffer, runner, env_step_fn, args)
             stats = {k: float(v) for k, v in stats.items()}  # the host fetch, which waits for the iteration
             progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
     return nets
@@ -665,6 +754,11 @@ def check_args(args: Args):
     if args.total_timesteps and args.learning_starts >= args.total_timesteps:
         fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
              f"{args.total_timesteps}): it would never learn")
+    if args.profile and args.total_timesteps // args.log_frequency < 3:  # the first iteration compiles
+        fail(f"--profile traces the last two iterations after a first: total_timesteps must be at least "
+             f"3 * log_frequency = {3 * args.log_frequency}, got {args.total_timesteps}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
 
 
 def set_matmul_precision(precision: str) -> dict:
@@ -683,8 +777,8 @@ def main():
     variant = variant_name(args)
     precision = set_matmul_precision(args.matmul_precision)
     run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
-    writer = Writer(run_dir)
-    log = RunLog(writer, args, variant)
+    writer = make_writer(args, variant, run_dir)
+    log = RunLog(writer, args, variant, run_dir)
     try:
         nets = train(args, env, env_params, log, saved)
         # the timed part ends here: saving and evaluating come after it
@@ -697,6 +791,7 @@ def main():
         summary |= log.evaluation(returns)
     finally:  # an interrupted run keeps what it logged, and has no summary.json
         writer.close()
+        end_tracking(args, run_dir, summary if sys.exc_info()[0] is None else None)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
         json.dump(summary, f, indent=2)
     evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,8 @@ def wall_times(run_dir, tag="time/iteration") -> list[float]:
     return [e.wall_time for e in (acc.Tensors(tag) if tag in acc.Tags()["tensors"] else acc.Scalars(tag))]
 
 
-REGIONS = ("rollout", "env_step", "policy_step", "update", "minibatch_step")  # --profile's names, every script
+REGIONS = ("rollout", "env_step", "policy_step", "update", "minibatch_step")  # --profile's names: PPO's
+OFFPOLICY_REGIONS = ("iteration", "policy_step", "env_step", "buffer", "update")  # DQN's, TD3's and SAC's
 
 
 def traced(run_dir) -> tuple[collections.Counter, bytes]:
@@ -108,6 +110,17 @@ def traced(run_dir) -> tuple[collections.Counter, bytes]:
         events = json.load(f)["traceEvents"]
     names = collections.Counter(e["name"] for e in events if e.get("ph") == "X")
     return names, b"".join(p.read_bytes() for p in Path(run_dir).glob("plugins/profile/*/*.xplane.pb"))
+
+
+def check_profiled(run_dir, script: str, regions: tuple[str, ...], once_per_iteration: tuple[str, ...]):
+    """What --profile wrote: a trace of two iterations (each range in once_per_iteration twice), each named region
+    in it (a range on the host) or in the compiled programs' metadata (a jax.named_scope's path), and Python's side,
+    with the script's own RunLog.iteration, as a cProfile file."""
+    names, compiled = traced(run_dir)
+    assert [names[name] for name in once_per_iteration] == [2] * len(once_per_iteration), names.most_common(20)
+    assert [r for r in regions if not names[r] and f"/{r}/".encode() not in compiled] == []
+    python = pstats.Stats(str(Path(run_dir) / "python.prof")).stats  # (file, line, function) -> its times
+    assert (script, "iteration") in {(os.path.basename(file), function) for file, _, function in python}
 
 
 def load(script: str, fresh: bool = False):

@@ -4,12 +4,12 @@ import ast
 import dataclasses
 import math
 import os
-import pstats
 
 import numpy as np
 import pytest
 from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, REGIONS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY,
-                     TINY_ARGS, frameworks, load, read_json, run, run_ok, scalars, summary_keys, traced, wall_times)
+                     TINY_ARGS, check_profiled, frameworks, load, read_json, run, run_ok, scalars, summary_keys,
+                     wall_times)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -185,11 +185,7 @@ def test_profile_traces_the_named_regions(script, tiny_runs):
     host) or in the compiled programs' metadata beside it (jax.named_scope); Python's side as a cProfile file.
     The first run, without --profile, wrote neither."""
     plain, profiled = tiny_runs[script]
-    names, compiled = traced(profiled)
-    assert names["rollout"] == names["update"] == 2, names.most_common(20)
-    assert [r for r in REGIONS if not names[r] and f"/{r}/".encode() not in compiled] == []  # (a scope's path)
-    python = pstats.Stats(str(profiled / "python.prof")).stats  # (file, line, function) -> its times
-    assert (script, "iteration") in {(os.path.basename(file), function) for file, _, function in python}
+    check_profiled(profiled, script, REGIONS, once_per_iteration=("rollout", "update"))
     assert not {"plugins", "trace.json.gz", "python.prof"} & {p.name for p in plain.iterdir()}
 
 

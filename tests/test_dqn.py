@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-from helpers import DQN_SCRIPTS, load, read_json, run, run_ok, scalars
+from helpers import DQN_SCRIPTS, OFFPOLICY_REGIONS, check_profiled, load, read_json, run, run_ok, scalars
 
 TINY = ["--total-timesteps", "2000", "--learning-starts", "500", "--log-frequency", "500", "--buffer-size", "1000",
         "--batch-size", "32"]
@@ -379,10 +379,12 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
 
 @pytest.mark.parametrize("script", DQN_SCRIPTS)
 def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
-    """A tiny run: run.json with what ran, the tags, summary.json; its saved model, loaded with no training,
+    """A tiny run (traced by --profile): run.json with what ran, the tags, summary.json, the trace; its saved
+    model, loaded with no training,
     evaluates to the same returns (the same fresh envs and exploration)."""
-    trained = run_ok(script, *TINY, "--save-model", "--eval-episodes", "3", log_dir=tmp_path / "train")
+    trained = run_ok(script, *TINY, "--save-model", "--eval-episodes", "3", "--profile", log_dir=tmp_path / "train")
     info, summary, logged = read_json(trained / "run.json"), read_json(trained / "summary.json"), scalars(trained)
+    check_profiled(trained, script, OFFPOLICY_REGIONS, once_per_iteration=("iteration",))  # the last two
     assert info["args"]["total_timesteps"] == 2000 and info["variant"] == script.removesuffix(".py")
     assert [step for step, _ in logged["time/iteration"]] == [500, 1000, 1500, 2000]
     assert {"charts/SPS", "charts/epsilon", "losses/td_loss", "losses/q_values", "memory/peak_rss_mb"} <= set(logged)

@@ -17,10 +17,13 @@ its reads are counted with the work in, which makes none."""
 import collections
 import contextlib
 import functools
+import subprocess
+import sys
 import time
 
 import pytest
-from helpers import AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, REGIONS, SCRIPTS, TINY_ARGS, train_in_process
+from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, OFFPOLICY_REGIONS, REGIONS, ROOT, SCRIPTS, TINY_ARGS,
+                     train_in_process)
 
 TORCH_READS = ("item", "tolist", "numpy", "cpu", "__float__", "__bool__", "__int__")
 STEPS = TINY_ARGS["num_steps"]
@@ -287,3 +290,33 @@ def test_sync_timing_splits_measure_the_work(script, changes, guarded_runs):
             f"took {times['update']:.4f} s: timed before it finished?"
         assert 0 <= rest <= max(0.01, 0.2 * times["iteration"]), f"iteration {i}: {times}: rollout + update is " \
             "not the iteration"
+
+
+# the off-policy scripts' runs, in a fresh process (their iterations are not RunLog's PPO ones): every call
+# into either profiler counted, as above, with the script's main() run as `python script.py` runs it
+UNPROFILED = """
+import runpy, sys, jax.profiler, torch.profiler
+calls, record = [], torch.profiler.record_function.__init__
+def counted(name, function):
+    return lambda *args, **kwargs: (calls.append(name), function(*args, **kwargs))[1]
+jax.profiler.TraceAnnotation = counted("TraceAnnotation", jax.profiler.TraceAnnotation)
+jax.profiler.start_trace = counted("start_trace", jax.profiler.start_trace)
+torch.profiler.profile.start = counted("profile.start", torch.profiler.profile.start)
+torch.profiler.record_function.__init__ = lambda self, name, *args: (
+    calls.append(name) if name in sys.argv[1].split(",") else None, record(self, name, *args))[1]
+sys.argv = sys.argv[2:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("profiler calls:", calls)
+"""
+
+
+@pytest.mark.parametrize("script", ["td3_linen.py", "dqn_torch.py"])
+def test_an_offpolicy_run_without_profile_calls_no_profiler(script, tmp_path):
+    args = ["--total-timesteps", "600", "--learning-starts", "200", "--log-frequency", "200", "--buffer-size", "1000",
+            "--batch-size", "32", "--log-dir", str(tmp_path)]
+    proc = subprocess.run([sys.executable, "-c", UNPROFILED, ",".join(OFFPOLICY_REGIONS), str(ROOT / script), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "profiler calls: []", proc.stdout[-2000:]

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-from helpers import SAC_SCRIPTS, load, read_json, run, run_ok, scalars
+from helpers import OFFPOLICY_REGIONS, SAC_SCRIPTS, check_profiled, load, read_json, run, run_ok, scalars
 
 TINY = ["--total-timesteps", "600", "--learning-starts", "200", "--log-frequency", "200", "--buffer-size", "1000",
         "--batch-size", "32"]
@@ -387,10 +387,12 @@ def test_critics_every_step_actor_and_alpha_in_bursts_targets_at_their_frequency
 
 @pytest.mark.parametrize("script", SAC_SCRIPTS)
 def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
-    """A tiny run: run.json with what ran, the tags, summary.json; its saved model, loaded with no training,
+    """A tiny run (traced by --profile): run.json with what ran, the tags, summary.json, the trace; its saved
+    model, loaded with no training,
     evaluates to the same returns."""
-    trained = run_ok(script, *TINY, "--save-model", "--eval-episodes", "2", log_dir=tmp_path / "train")
+    trained = run_ok(script, *TINY, "--save-model", "--eval-episodes", "2", "--profile", log_dir=tmp_path / "train")
     info, summary, logged = read_json(trained / "run.json"), read_json(trained / "summary.json"), scalars(trained)
+    check_profiled(trained, script, OFFPOLICY_REGIONS, once_per_iteration=("iteration",))  # the last two
     assert info["args"]["total_timesteps"] == 600 and info["variant"] == script.removesuffix(".py")
     assert [step for step, _ in logged["time/iteration"]] == [200, 400, 600]
     assert {"charts/SPS", "charts/episodic_return", "losses/qf_loss", "losses/qf1_values", "losses/actor_loss",

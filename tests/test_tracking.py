@@ -1,15 +1,17 @@
 """--track: a run sent to MLflow (read back through MLflow's own client) or to Weights & Biases (offline,
 as a user without an account runs it); neither library imported by a run that does not ask for it, and
-a missing one refused before anything is written."""
+a missing one refused before anything is written; and the off-policy scripts' refusal of a --profile
+their run is too short for."""
 
 import ast
 import importlib.util
 import os
 
 import pytest
-from helpers import ROOT, SCRIPTS, TINY, load, read_json, run, run_ok, scalars
+from helpers import DQN_SCRIPTS, ROOT, SAC_SCRIPTS, SCRIPTS, TD3_SCRIPTS, TINY, load, read_json, run, run_ok, scalars
 
 TRACKED = ["ppo_linen.py", "ppo_torch.py"]  # one per framework: the code is the same text in every script
+EVERY_SCRIPT = SCRIPTS + DQN_SCRIPTS + TD3_SCRIPTS + SAC_SCRIPTS
 
 
 @pytest.mark.parametrize("script", TRACKED)
@@ -48,14 +50,14 @@ def test_wandb_offline_writes_its_run_beside_the_run_directories(tmp_path, monke
 
 def test_neither_tracker_imported_without_track():
     """The trackers are imported inside the functions that --track calls, never at a script's top level."""
-    for script in SCRIPTS:
+    for script in EVERY_SCRIPT:
         tree = ast.parse((ROOT / script).read_text())
         top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
                for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
         assert not top & {"mlflow", "wandb"}, script
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", EVERY_SCRIPT)
 @pytest.mark.parametrize("tracker,package", [("mlflow", "mlflow-skinny"), ("wandb", "wandb")])
 def test_a_missing_tracker_is_refused(script, tracker, package, tmp_path, monkeypatch, capsys):
     find_spec = importlib.util.find_spec
@@ -66,4 +68,17 @@ def test_a_missing_tracker_is_refused(script, tracker, package, tmp_path, monkey
         load(script).main()
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and f"--track {tracker}" in err and f"pip install {package}" in err, err
+    assert not os.path.exists(tmp_path / "runs")
+
+
+@pytest.mark.parametrize("script", DQN_SCRIPTS + TD3_SCRIPTS + SAC_SCRIPTS)
+def test_an_offpolicy_profile_of_too_few_iterations_is_refused(script, tmp_path, monkeypatch, capsys):
+    """(PPO's case is in test_contract.py's bad inputs.) --profile traces the last two iterations after a first."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("sys.argv", [script, "--log-dir", str(tmp_path / "runs"), "--profile", "--total-timesteps",
+                                     "400", "--log-frequency", "200", "--learning-starts", "100"])
+    with pytest.raises(SystemExit) as exit_info:
+        load(script).main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--profile" in err and "at least 3 * log_frequency = 600, got 400" in err, err
     assert not os.path.exists(tmp_path / "runs")
