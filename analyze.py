@@ -67,7 +67,7 @@ def report(args: Report) -> int:
     cleanrl = [r for r in runs if r.cleanrl]  # CleanRL's own runs: beside ours in one table, counted apart
     runs = [r for r in runs if not r.cleanrl]
     for path, why in skipped:
-        console.print(f"[yellow]warning[/]: skipped {path}: {why}")
+        console.print(f"[yellow]warning[/]: skipped {path}: {why}", soft_wrap=True)  # one line: a path to copy
     if not runs:
         console.print("[red]error[/]: no complete run found in " + ", ".join(args.runs))
         return 1

@@ -535,9 +535,7 @@ def test_broken_runs_reported_and_skipped(synthetic):
     (corrupt / "run.json").write_text("{not json")
     damaged = fake_run(runs_dir, "linen", "CartPole-v1", "small", 10, 10.0, ITERATIONS)
     next(damaged.glob("*tfevents*")).write_bytes(b"\x00garbage" * 64)
-    profiled = fake_run(runs_dir, "linen", "CartPole-v1", "small", 11, 10.0, ITERATIONS)
-    info = json.loads((profiled / "run.json").read_text())
-    (profiled / "run.json").write_text(json.dumps({**info, "args": {**info["args"], "profile": True}}))
+    profiled = fake_run(runs_dir, "linen", "CartPole-v1", "small", 11, 10.0, ITERATIONS, profile=True)
     (runs_dir / "not_a_run").mkdir()
     (runs_dir / "not_a_run" / "notes.txt").write_text("ignored")
 
