@@ -642,8 +642,9 @@ class MLflowWriter(Writer):
 def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
     """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
     params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
-    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track); its own
-        import wandb  # files beside the run directories: inside one, it would read their copy of the events too
+    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track)
+        import wandb
+        # its files beside the run directories: inside one, W&B would read their copy of the events too
         wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
     elif args.track == "mlflow":
         import mlflow

@@ -85,8 +85,8 @@ def load_run(run_dir: Path) -> Run:
         run.experiment = experiment_of(run)
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"corrupt summary.json or run.json ({type(e).__name__}: {e})")
-    if run.info["args"].get("profile") or run.info["args"].get("track"):  # the tracer's or the tracker's cost is in
-        raise ValueError("traced by --profile or tracked by --track: not a timing")  # its times
+    if run.info["args"].get("profile") or run.info["args"].get("track"):  # their cost is in the run's times
+        raise ValueError("traced by --profile or tracked by --track: not a timing")
     if not any(run_dir.glob("*tfevents*")):
         raise ValueError("empty: no event file")
     try:
