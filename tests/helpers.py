@@ -59,6 +59,30 @@ def run(script: str, *args: str, log_dir, timeout: float = 900) -> subprocess.Co
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def refused_in_process(script: str, args, log_dir: Path, monkeypatch, capsys) -> str:
+    """The script's own main() given these arguments, in this process (a fresh process per bad input would cost
+    the suite minutes): exit 2, one line on stderr, no file written. Returns the line."""
+    import pytest
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("sys.argv", [script, "--log-dir", str(log_dir), *args])  # a later --log-dir wins
+    with pytest.raises(SystemExit) as exit_:
+        load(script).main()
+    return one_line_refusal(exit_.value.code, capsys.readouterr().err, log_dir)
+
+
+def refused_in_a_fresh_process(script: str, args, log_dir: Path) -> str:
+    """The same, as a user meets it: the command line, a fresh process."""
+    proc = run(script, *args, log_dir=log_dir)
+    return one_line_refusal(proc.returncode, proc.stderr, log_dir)
+
+
+def one_line_refusal(code: int, err: str, log_dir: Path) -> str:
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not log_dir.exists() or not any(log_dir.iterdir()), "a bad run left files behind"
+    return err
+
+
 def run_ok(script: str, *args: str, log_dir) -> Path:
     """Runs the script, checks it succeeded, and returns the one run directory it made."""
     before = set(Path(log_dir).glob("*")) if Path(log_dir).exists() else set()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, TINY_ARGS
 
 sys.path.insert(0, str(ROOT))
 import gpucheck  # noqa: E402
@@ -25,6 +25,10 @@ PRECISION = {"float32": {"reported": {"torch": "highest", "jax": "float32"}, "to
                       "torch_conv_error": 3e-4, "jax_conv_error": 3e-4}}
 
 
+# the probes' runs at the tiny batch (the probe sets the iterations): what they check does not need the default one
+SMALL = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in TINY_ARGS.items() if k != "num_iterations")
+
+
 def failed(facts, name="ppo_torch_compile.py") -> list[str]:
     return [check for passed, check, _ in gpucheck.checks_of(name, facts) if not passed]
 
@@ -39,7 +43,8 @@ def test_without_a_gpu_it_fails_and_says_why(tmp_path):
 def test_the_probe_attaches_to_a_scripts_main(tmp_path):
     """On a CPU the probe runs ppo_torch.py's own main, profiles the iterations after the warm-up and finds
     its run directory; the CUDA facts are absent, so every GPU check would fail here."""
-    proc = subprocess.run([sys.executable, "gpucheck.py", "--probe", "ppo_torch.py", "--log-dir", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "gpucheck.py", "--probe", f"ppo_torch.py {SMALL}", "--log-dir",
+                           str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts = json.loads(proc.stdout.splitlines()[-1].removeprefix("GPUCHECK "))
@@ -53,7 +58,7 @@ def test_the_probe_attaches_to_a_scripts_main(tmp_path):
 def test_the_probe_runs_a_script_with_its_flags(tmp_path):
     """The torch env's probe: the script's main with --torch-env, its run found by its variant's name, and no
     copy to the host in its profiled iterations (on a CPU, none to count; on a GPU, the fetch alone)."""
-    proc = subprocess.run([sys.executable, "gpucheck.py", "--probe", "ppo_torch.py --torch-env", "--log-dir",
+    proc = subprocess.run([sys.executable, "gpucheck.py", "--probe", f"ppo_torch.py --torch-env {SMALL}", "--log-dir",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts = json.loads(proc.stdout.splitlines()[-1].removeprefix("GPUCHECK "))
