@@ -38,6 +38,7 @@ from analysis.gpu import gpu_section
 from analysis.headline import headline_section, study_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
+from analysis.profiles import profiles_section
 from analysis.pixels import conv_section, pixels_learning_section, pixels_section
 from analysis.runs import EXPERIMENTS, find_runs, pack
 from analysis.target import target_section, write_targets
@@ -65,10 +66,11 @@ def report(args: Report) -> int:
     out = Path(args.out)
     runs, skipped = find_runs(list(args.runs))
     cleanrl = [r for r in runs if r.cleanrl]  # CleanRL's own runs: beside ours in one table, counted apart
-    runs = [r for r in runs if not r.cleanrl]
+    profiled = [r for r in runs if r.profile]  # traces (bench.sh's profile preset), not timings
+    runs = [r for r in runs if not r.cleanrl and not r.profile]
     for path, why in skipped:
         console.print(f"[yellow]warning[/]: skipped {path}: {why}", soft_wrap=True)  # one line: a path to copy
-    if not runs:
+    if not runs and not profiled:
         console.print("[red]error[/]: no complete run found in " + ", ".join(args.runs))
         return 1
     out.mkdir(parents=True, exist_ok=True)
@@ -78,7 +80,9 @@ def report(args: Report) -> int:
         ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn", "offpolicy"))}))
     cx = complexity(times)
     o = Output(out)
-    theirs = f" (and {len(cleanrl)} of CleanRL's own scripts)" if cleanrl else ""
+    extra = ([f"{len(cleanrl)} of CleanRL's own scripts"] if cleanrl else []) + (
+        [f"{len(profiled)} runs traced by --profile"] if profiled else [])
+    theirs = f" (and {', and '.join(extra)})" if extra else ""
     o.md += ["# benchback report", "", f"{len(runs)} runs read from {', '.join(args.runs)}{theirs}; {len(skipped)} skipped.",
              ""]
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
@@ -137,6 +141,8 @@ def report(args: Report) -> int:
         offpolicy_learning_section(offpolicy_learning, o, [r for r in cleanrl if r.experiment == "offpolicy-learning"])
     if gpu or gpuscale:
         gpu_section(gpu, headline, gpuscale, o)
+    if profiled:
+        profiles_section(profiled, o)
     if tuning:
         tuning_section(tuning, o)
         gemm_section(tuning, o)

@@ -13,9 +13,9 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu|gpuscale
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|profile|gpu|gpuscale
                one part of the schedule alone (tuning, the continuous, pixel, off-policy and GPU ones are not
-               part of sweep)
+               part of sweep, nor is profile)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -86,6 +86,12 @@ Presets (default: sweep)
              {torch, linen}_gymnasium), small, at CleanRL's defaults for 200,000 env steps (TD3's
              first 25,000 and SAC's first 5,000 fill the buffer): the learning curves and the time per
              1,000 env steps; --repeats 3
+    profile  where the time goes (docs/profiling.md): the headline workloads with --profile, 6 iterations
+             (3 and 4 traced): CartPole-v1 small x Linen, NNX, Equinox, PyTorch eager and compiled, each
+             through Gymnax and with its env in torch (-torchenv); CartPole-v1 medium and Pendulum-v1
+             small x Linen and PyTorch eager, compiled, and compiled with its env in torch;
+             Breakout-MinAtar cnn x Linen and PyTorch eager and compiled; and CartPole-v1 on Gymnasium x
+             {linen, torch, torch_compile}_gymnasium, small; analyze.py reads their traces, not their times
     gpu      on a GPU: CartPole-v1 and Breakout-MinAtar x the frameworks as meant to run x 3 model
              sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
              Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
@@ -229,6 +235,8 @@ OFFPOLICY=(td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torc
 OFFPOLICY_ARGS="--total-timesteps,25000,--learning-starts,5000"  # 20 iterations that train, 4 that fill
 OFFPOLICY_LEARNING=(td3_torch_gymnasium td3_linen_gymnasium sac_torch_gymnasium sac_linen_gymnasium)  # on MuJoCo
 OFFPOLICY_LEARNING_ARGS="--total-timesteps,200000"  # the issue's least; each script's CleanRL learning-starts
+PROFILE_ARGS="--profile,--num-iterations,6"  # profile: iterations 3 and 4 traced, 5 and 6 untraced beside them
+PROFILE_TORCH=(torch torch_compile torch_compile-torchenv)  # profile: PyTorch eager and compiled, and on its own env
 DQN_PIXELS_ARGS="--total-timesteps,500000,--learning-rate,1e-4,--buffer-size,100000,--batch-size,32,--train-frequency,4,--target-network-frequency,1000,--learning-starts,20000,--end-e,0.01,--exploration-fraction,0.1"
 MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
 PYTHON=${PYTHON:-python}
@@ -350,9 +358,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|gpu|gpuscale) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|profile|gpu|gpuscale) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, gpu, gpuscale or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, profile, gpu, gpuscale or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -393,16 +401,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == profile) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == profile ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy*) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == profile) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -486,6 +494,12 @@ for r in $(seq 1 "$repeats"); do
         add pixels "$r" sync - "--num-iterations,${iterations:-20}" "${PIXEL_ENVS[@]}" -- "${AS_MEANT[@]}" "${PIXELS_CPU[@]}" -- cnn small
         add pixels "$r" sync atari "$ATARI_ARGS,--num-iterations,${iterations:-20}" Breakout-v5 -- \
           torch_gymnasium-envpool linen_gymnasium-envpool -- cnn ;;
+      profile)
+        add profile "$r" async - "$PROFILE_ARGS" CartPole-v1 -- linen nnx equinox "${PROFILE_TORCH[@]}" torch-torchenv -- small
+        add profile "$r" async - "$PROFILE_ARGS" CartPole-v1 -- linen "${PROFILE_TORCH[@]}" -- medium
+        add profile "$r" async - "$PROFILE_ARGS" Pendulum-v1 -- linen "${PROFILE_TORCH[@]}" -- small
+        add profile "$r" async - "$PROFILE_ARGS" Breakout-MinAtar -- linen torch torch_compile -- cnn
+        add profile "$r" async - "$PROFILE_ARGS" CartPole-v1 -- linen_gymnasium torch_gymnasium torch_compile_gymnasium -- small ;;
       gpu)
         gpu_args="--num-iterations,${iterations:-20}"
         add gpu "$r" sync - "$gpu_args" CartPole-v1 Breakout-MinAtar -- "${AS_MEANT[@]}" -- "${MODELS[@]}"
@@ -584,7 +598,7 @@ command_of() {
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* && $exp != gpu* ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* && $exp != profile && $exp != gpu* ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .profiles import PACKED, TRACE, measure, packed_trace
+
 EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "tuning",  # bench.sh's folders
                "craftax-learning",  # and the longer Craftax runs' (docs/results.md says how they ran)
                "continuous", "continuous-learning",  # bench.sh's continuous presets
@@ -41,6 +43,7 @@ class Run:
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
     calibration: dict | None = None  # its session's calibrate.py measurements, where bench.sh made them
     cleanrl: bool = False  # a run of CleanRL's own script (CLEANRL_RUNS): no summary, no iterations
+    profile: dict | None = None  # a run with --profile: its traced iteration (profiles.measure), not a timing
 
     @property
     def num_iterations(self) -> int:
@@ -85,8 +88,8 @@ def load_run(run_dir: Path) -> Run:
         run.experiment = experiment_of(run)
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"corrupt summary.json or run.json ({type(e).__name__}: {e})")
-    if run.info["args"].get("profile") or run.info["args"].get("track"):  # their cost is in the run's times
-        raise ValueError("traced by --profile or tracked by --track: not a timing")
+    if run.info["args"].get("track"):  # the tracker's cost is in the run's times
+        raise ValueError("tracked by --track: not a timing")
     if not any(run_dir.glob("*tfevents*")):
         raise ValueError("empty: no event file")
     try:
@@ -97,6 +100,12 @@ def load_run(run_dir: Path) -> Run:
         raise ValueError(f"corrupt event file ({type(e).__name__}: {e})")
     if "time/iteration" not in run.scalars:
         raise ValueError("empty: the event files hold no time/iteration scalars")
+    if run.info["args"].get("profile"):  # read while its files are here (an archive is unpacked for a while)
+        try:
+            run.profile = measure(run_dir)
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
+            raise ValueError(f"traced by --profile, but its trace or python.prof cannot be read "
+                             f"({type(e).__name__}: {e})")
     return run
 
 
@@ -234,15 +243,21 @@ def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
                 left_out += [(Path(path), why) for path, why in json.loads(listed.read_text())
                              if Path(path).parts[0] == root.resolve().name]
             for run in runs:
-                for f in sorted([run.path / "run.json", run.path / "summary.json", *run.path.glob("*tfevents*")]):
-                    if not f.exists():  # a CleanRL run: its event files only
+                for f in sorted([run.path / "run.json", run.path / "summary.json", *run.path.glob("*tfevents*"),
+                                 *([run.path / p for p in PACKED] if run.profile else [])]):
+                    if not f.exists():  # a CleanRL run: its event files only; a profile's cut trace: below
                         continue
                     tar.add(f, arcname=inside(f))
+                if run.profile:  # its trace cut to the iteration the table reads
+                    add_bytes(tar, inside(run.path / TRACE), packed_trace(run.path))
             for f in calibration_files(root):
                 tar.add(f, arcname=inside(f))
             count += len(runs)
-        listing = json.dumps([[str(path), why] for path, why in left_out], indent=1).encode()
-        entry = tarfile.TarInfo(LEFT_OUT)
-        entry.size = len(listing)
-        tar.addfile(entry, io.BytesIO(listing))
+        add_bytes(tar, LEFT_OUT, json.dumps([[str(path), why] for path, why in left_out], indent=1).encode())
     return count, left_out
+
+
+def add_bytes(tar, arcname: str, data: bytes):
+    entry = tarfile.TarInfo(arcname)
+    entry.size = len(data)
+    tar.addfile(entry, io.BytesIO(data))

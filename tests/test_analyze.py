@@ -535,7 +535,8 @@ def test_broken_runs_reported_and_skipped(synthetic):
     (corrupt / "run.json").write_text("{not json")
     damaged = fake_run(runs_dir, "linen", "CartPole-v1", "small", 10, 10.0, ITERATIONS)
     next(damaged.glob("*tfevents*")).write_bytes(b"\x00garbage" * 64)
-    profiled = fake_run(runs_dir, "linen", "CartPole-v1", "small", 11, 10.0, ITERATIONS, profile=True)
+    profiled = fake_run(runs_dir, "linen", "CartPole-v1", "small", 11, 10.0, ITERATIONS, profile=True)  # no trace
+    tracked = fake_run(runs_dir, "linen", "CartPole-v1", "small", 12, 10.0, ITERATIONS, track="mlflow")
     (runs_dir / "not_a_run").mkdir()
     (runs_dir / "not_a_run" / "notes.txt").write_text("ignored")
 
@@ -543,12 +544,43 @@ def test_broken_runs_reported_and_skipped(synthetic):
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "skipped" in line]
     for run_dir, why in ((partial, "partial"), (empty, "empty"), (corrupt, "corrupt"), (damaged, ""),
-                         (profiled, "--profile")):
+                         (profiled, "--profile, but its trace"), (tracked, "--track")):
         assert any(run_dir.name in w and why in w for w in warnings), (run_dir.name, warnings)
     assert not any("not_a_run" in w for w in warnings)
-    assert len(warnings) == 5
+    assert len(warnings) == 6
     report = (out / "REPORT.md").read_text()
-    assert "8 runs read" in report and "5 skipped" in report
+    assert "8 runs read" in report and "6 skipped" in report
+
+
+def op(name, ts, dur, tid=1, **extra):
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, **extra}
+
+
+def test_a_trace_is_cut_to_its_last_iteration_and_read_by_hand():
+    """The profile table's arithmetic on a trace written here: the cut keeps the last iteration from its
+    rollout range on, times from its start; torch's ops nested in another (addmm in linear) or overlapping
+    on another thread count once; the time in them is their union."""
+    from analysis import profiles
+
+    raw = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+           op("rollout", 100.0, 50.0), op("aten::linear", 110.0, 20.0, cat="cpu_op"),  # iteration 1: cut away
+           op("rollout", 1000.0, 400.0, cat="user_annotation"), op("$threading.py wait", 1001.0, 5.0),
+           op("aten::linear", 1010.0, 100.0, cat="cpu_op"), op("aten::addmm", 1020.0, 80.0, cat="cpu_op"),
+           op("aten::item", 1200.0, 50.0, cat="cpu_op"), op("aten::add", 1220.0, 60.0, tid=2, cat="cpu_op"),
+           op("update", 1400.0, 600.0, cat="user_annotation"), op("aten::mul", 1900.0, 100.0, cat="cpu_op")]
+    cut = profiles.cut(raw)
+    assert cut["iterationsTraced"] == 2
+    kept = [e for e in cut["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["ts"]) for e in kept][:2] == [("rollout", 0.0), ("aten::linear", 10.0)]  # no Python tracer's
+    tops = profiles.top_level([e for e in kept if e.get("cat") == "cpu_op"])
+    assert [e["name"] for e in tops] == ["aten::linear", "aten::item", "aten::add", "aten::mul"]
+    assert profiles.merged([(10, 110), (200, 250), (220, 280), (900, 1000)]) == [(10, 110), (200, 280), (900, 1000)]
+
+
+def test_a_profiled_run_without_its_trace_is_skipped_saying_why(tmp_path):
+    fake_run(tmp_path, "torch", "CartPole-v1", "small", 1, 10.0, ITERATIONS, profile=True)
+    found, skipped = runs.find_runs([str(tmp_path)])
+    assert not found and "no trace.json.gz or perfetto_trace.json.gz" in skipped[0][1]
 
 
 def test_archive_reads_as_the_folder(synthetic, tmp_path):

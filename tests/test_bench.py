@@ -248,6 +248,19 @@ def test_offpolicy_learning_preset():
     assert planned("offpolicy-learning", "--envs", "Pendulum-v1") == []
 
 
+def test_profile_preset():
+    """profile: every run traced, 6 iterations (--iterations cannot drop it below the traced ones), in one
+    folder; the workloads of docs/profiling.md's table, PyTorch on its own env where it has one."""
+    lines = planned("profile")
+    assert len(lines) == 21 and len(set(lines)) == 21
+    assert all(line.endswith("--log-dir runs/profile/r1 --profile --num-iterations 6") for line in lines), lines
+    workloads = Counter(re.search(r"--env-id (\S+) --model (\S+)", line).groups() for line in lines)
+    assert workloads == {("CartPole-v1", "small"): 10, ("CartPole-v1", "medium"): 4, ("Pendulum-v1", "small"): 4,
+                         ("Breakout-MinAtar", "cnn"): 3}
+    assert planned("profile", "--iterations", "20") == lines
+    assert len(planned("profile", "--envs", "Breakout-MinAtar", "--variants", "linen,torch_compile-torchenv")) == 1
+
+
 def test_calibration_writes_what_the_analysis_reads(tmp_path):
     """calibrate.py, which bench.sh runs first in every session, with the scripts' own code."""
     proc = subprocess.run([sys.executable, str(ROOT / "calibrate.py"), "--seconds", "0.05", "--out",

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from analysis import profiles
 from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, REGIONS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY,
                      TINY_ARGS, check_profiled, frameworks, load, read_json, run, run_ok, scalars, summary_keys,
                      wall_times)
@@ -187,6 +188,34 @@ def test_profile_traces_the_named_regions(script, tiny_runs):
     plain, profiled = tiny_runs[script]
     check_profiled(profiled, script, REGIONS, once_per_iteration=("rollout", "update"))
     assert not {"plugins", "trace.json.gz", "python.prof"} & {p.name for p in plain.iterdir()}
+    # what analyze.py reads of it: one iteration, its calls into the framework, the time in its ops within it
+    p = profiles.measure(profiled)
+    jax = "torch" not in script  # a JAX script: its programs run XLA ops (torch.profiler sees no XLA op)
+    assert (p["xla_ops"] > 0) == jax and p["dispatched"] > 0 and 0 < p["compiled_ms"] <= p["iteration_ms"]
+    assert p["python_calls"] > 0
+    assert len(p["spans"]["rollout"]) == len(p["spans"]["update"]) == 1
+
+
+def test_analyze_reads_the_traces_into_its_table(tiny_runs, tmp_path):
+    """bench.sh's profile preset, in small: two profiled runs packed (their traces cut to an iteration) and
+    read back into the table and the chart, side by side."""
+    import shutil
+    import tarfile
+
+    from test_analyze import analyze
+
+    for script in ("ppo_linen.py", "ppo_torch.py"):
+        shutil.copytree(tiny_runs[script][1], tmp_path / "profile" / "r1" / tiny_runs[script][1].name)
+    assert analyze("archive", tmp_path / "profile", "--out", tmp_path / "p.tar.xz").returncode == 0
+    with tarfile.open(tmp_path / "p.tar.xz") as tar:
+        packed = {name.rsplit("/", 1)[-1] for name in tar.getnames()}
+    assert {"trace.json", "python.prof"} <= packed and not {"trace.json.gz", "perfetto_trace.json.gz"} & packed
+    proc = analyze(tmp_path / "p.tar.xz", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    table = [line for line in report.splitlines() if line.startswith("| CartPole-v1 | small |")]
+    assert [line.split(" | ")[2] for line in table] == ["Flax Linen", "PyTorch, eager"]
+    assert "(and 2 runs traced by --profile)" in report and (tmp_path / "out" / "profile_timeline.png").exists()
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

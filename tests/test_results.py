@@ -10,7 +10,7 @@ from helpers import ROOT
 from test_analyze import analyze
 
 ARCHIVE = "results/study.tar.xz"  # as the docs' command names it, relative to the project root
-ARCHIVES = [ARCHIVE, "results/gpu/runs.tar.xz"]  # the CPU study's, and the GPU's runs kept apart
+ARCHIVES = [ARCHIVE, "results/gpu/runs.tar.xz", "results/profiles.tar.xz"]  # the CPU study's, the GPU's, the traces
 DOCS = ["README.md", "docs"]
 REGENERATE = f"python analyze.py {' '.join(ARCHIVES)} --out results --docs {' '.join(DOCS)}"
 pytestmark = pytest.mark.skipif(not (ROOT / ARCHIVE).exists(), reason=f"{ARCHIVE} is not committed yet")
