@@ -109,7 +109,10 @@ def measure(run_dir: Path) -> dict:
 
 
 def untraced_ms(run) -> float | None:
-    """The median iteration after the traced ones, as the run timed it without a tracer."""
+    """The median iteration after the traced ones, as the run timed it without a tracer (PPO's: an off-policy
+    script traces its last two)."""
+    if "num_iterations" not in run.info["args"]:
+        return None
     _, values, _ = run.series("time/iteration")
     after = values[4:]  # iterations 5.. (the scripts trace 3 and 4)
     return 1e3 * float(np.median(after)) if len(after) else None
