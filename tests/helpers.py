@@ -19,6 +19,8 @@ SCRIPTS = sorted(p.name for p in ROOT.glob("ppo_*.py"))  # later scripts join ev
 GYMNASIUM_SCRIPTS = [s for s in SCRIPTS if s.endswith("_gymnasium.py")]  # their envs step on the CPU
 GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]  # JAX envs: Gymnax and Craftax
 AGENT_SCRIPTS = [s for s in SCRIPTS if s.endswith("_agents.py")]  # N agents per process: tests/test_agents.py
+# each eager torch script's compiled twin, which with --compile-mode none is the eager script (tests/test_compilation.py)
+COMPILED_TWINS = {"ppo_torch.py": "ppo_torch_compile.py", "ppo_torch_gymnasium.py": "ppo_torch_compile_gymnasium.py"}
 DQN_SCRIPTS = sorted(p.name for p in ROOT.glob("dqn_*.py"))  # off-policy: tests/test_dqn.py
 TD3_SCRIPTS = sorted(p.name for p in ROOT.glob("td3_*.py"))  # off-policy, continuous: tests/test_td3.py
 SAC_SCRIPTS = sorted(p.name for p in ROOT.glob("sac_*.py"))  # off-policy, continuous, stochastic: tests/test_sac.py

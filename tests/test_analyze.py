@@ -524,6 +524,21 @@ def test_runs_on_different_devices_are_never_paired(tmp_path):
     assert stats.speedup_table(found, stats.total_time, [("torch", "linen")]) == []
 
 
+def test_the_fast_checksum_is_tensorboards():
+    """analyze.py reads event files with google-crc32c's checksum in place of TensorBoard's pure-Python one: the
+    same CRC32C (its check value, and TensorBoard's own on records of every length up to a few hundred bytes)."""
+    from analysis.runs import fast_checksums
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow as stub
+
+    def pure(data):  # what TensorBoard's crc32c computes, from the parts the patch leaves alone
+        return stub.crc_finalize(stub.crc_update(stub.CRC_INIT, data))
+
+    fast_checksums()
+    assert stub.crc32c(b"123456789") == 0xE3069283  # CRC-32C's check value
+    records = [np.random.default_rng(n).bytes(n) for n in range(300)]
+    assert [stub.crc32c(r) for r in records] == [pure(r) for r in records]
+
+
 def test_broken_runs_reported_and_skipped(synthetic):
     runs_dir, out = synthetic
     partial = fake_run(runs_dir, "linen", "CartPole-v1", "small", 7, 10.0, ITERATIONS)

@@ -3,7 +3,7 @@ second iteration because its accumulators changed shape between calls), and
 torch.compile's mode none is the eager script."""
 
 import pytest
-from helpers import GYMNASIUM_SCRIPTS, SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars, train_in_process
+from helpers import COMPILED_TWINS, GYMNASIUM_SCRIPTS, SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars, train_in_process
 
 JAX_SCRIPTS = [s for s in SCRIPTS if "torch" not in s]
 GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]
@@ -113,8 +113,7 @@ def test_torch_compile_whole_update_breaks_only_in_torch_optim(tmp_path, dynamo_
     assert breaks and all("Optimizer.zero_grad" in why or "graph_break()" in why for why in breaks), dict(breaks)
 
 
-@pytest.mark.parametrize("eager_script, compiled_script", [("ppo_torch.py", "ppo_torch_compile.py"),
-                                                           ("ppo_torch_gymnasium.py", "ppo_torch_compile_gymnasium.py")])
+@pytest.mark.parametrize("eager_script, compiled_script", COMPILED_TWINS.items())
 def test_compile_mode_none_is_the_eager_script(eager_script, compiled_script, tmp_path):
     eager = scalars(run_ok(eager_script, *TINY, log_dir=tmp_path / "eager"))
     none = scalars(run_ok(compiled_script, *TINY, "--compile-mode", "none", log_dir=tmp_path / "none"))

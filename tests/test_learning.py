@@ -5,13 +5,15 @@ for a mean of at least 400 over the episodes of the last 10 iterations.
 """
 
 import pytest
-from helpers import AGENT_SCRIPTS, SCRIPTS, read_json, run_ok
+from helpers import AGENT_SCRIPTS, COMPILED_TWINS, SCRIPTS, read_json, run_ok
 
 # Not here, for the suite's time: the agent scripts, since tests/test_agents.py proves each agent, eager or
-# compiled, computes what the single-agent script computes with its seed; and the CPU-env torch script stepped
-# by Gymnasium's next-step vector env, since its masked reset steps are EnvPool's (learning below) and
-# tests/test_vectorization.py proves they weigh nothing in the loss.
-CASES = [(s, ()) for s in SCRIPTS if s not in AGENT_SCRIPTS] + [
+# compiled, computes what the single-agent script computes with its seed; the eager torch scripts, since
+# tests/test_compilation.py proves each compiled one with --compile-mode none is its eager script, number for
+# number (and the compiled ones learn below); and the CPU-env torch script stepped by Gymnasium's next-step
+# vector env, since its masked reset steps are EnvPool's (learning below) and tests/test_vectorization.py proves
+# they weigh nothing in the loss.
+CASES = [(s, ()) for s in SCRIPTS if s not in AGENT_SCRIPTS and s not in COMPILED_TWINS] + [
     ("ppo_torch_gymnasium.py", ("--vectorization", "envpool")),  # a next-step autoreset: masked reset steps
     ("ppo_torch_compile.py", ("--torch-env",))]  # the env in torch, compiled with the policy step
 
