@@ -91,7 +91,10 @@ Presets (default: sweep)
              through Gymnax and with its env in torch (-torchenv); CartPole-v1 medium and Pendulum-v1
              small x Linen and PyTorch eager, compiled, and compiled with its env in torch;
              Breakout-MinAtar cnn x Linen and PyTorch eager and compiled; and CartPole-v1 on Gymnasium x
-             {linen, torch, torch_compile}_gymnasium, small; analyze.py reads their traces, not their times
+             {linen, torch, torch_compile}_gymnasium, small; and TD3 and SAC, 2,000 env steps learning from
+             1,000 (the last 200 traced) on Pendulum-v1 x Linen and PyTorch eager, compiled, compiled with
+             its env in torch, and on HalfCheetah-v5 x {linen, torch}_gymnasium; analyze.py reads their
+             traces, not their times
     gpu      on a GPU: CartPole-v1 and Breakout-MinAtar x the frameworks as meant to run x 3 model
              sizes, the large model again at --matmul-precision tf32 (in subfolder tf32), and
              Craftax-Classic-Symbolic-v1, Pendulum-v1 (small) and Breakout-MinAtar (cnn) likewise;
@@ -237,6 +240,8 @@ OFFPOLICY_LEARNING=(td3_torch_gymnasium td3_linen_gymnasium sac_torch_gymnasium 
 OFFPOLICY_LEARNING_ARGS="--total-timesteps,200000"  # the issue's least; each script's CleanRL learning-starts
 PROFILE_ARGS="--profile,--num-iterations,6"  # profile: iterations 3 and 4 traced, 5 and 6 untraced beside them
 PROFILE_TORCH=(torch torch_compile torch_compile-torchenv)  # profile: PyTorch eager and compiled, and on its own env
+PROFILE_OFFPOLICY=(linen torch torch_compile torch_compile-torchenv)  # profile: TD3's and SAC's on Gymnax's Pendulum
+PROFILE_OFFPOLICY_ARGS="--profile,--total-timesteps,2000,--learning-starts,1000,--log-frequency,100"  # 2 of 20 traced
 DQN_PIXELS_ARGS="--total-timesteps,500000,--learning-rate,1e-4,--buffer-size,100000,--batch-size,32,--train-frequency,4,--target-network-frequency,1000,--learning-starts,20000,--end-e,0.01,--exploration-fraction,0.1"
 MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
 PYTHON=${PYTHON:-python}
@@ -499,7 +504,11 @@ for r in $(seq 1 "$repeats"); do
         add profile "$r" async - "$PROFILE_ARGS" CartPole-v1 -- linen "${PROFILE_TORCH[@]}" -- medium
         add profile "$r" async - "$PROFILE_ARGS" Pendulum-v1 -- linen "${PROFILE_TORCH[@]}" -- small
         add profile "$r" async - "$PROFILE_ARGS" Breakout-MinAtar -- linen torch torch_compile -- cnn
-        add profile "$r" async - "$PROFILE_ARGS" CartPole-v1 -- linen_gymnasium torch_gymnasium torch_compile_gymnasium -- small ;;
+        add profile "$r" async - "$PROFILE_ARGS" CartPole-v1 -- linen_gymnasium torch_gymnasium torch_compile_gymnasium -- small
+        for alg in td3 sac; do  # and where an off-policy step's time goes (issue 53)
+          add profile "$r" async - "$PROFILE_OFFPOLICY_ARGS" Pendulum-v1 -- "${PROFILE_OFFPOLICY[@]/#/${alg}_}" -- small
+          add profile "$r" async - "$PROFILE_OFFPOLICY_ARGS" HalfCheetah-v5 -- "${alg}"_{linen,torch}_gymnasium -- small
+        done ;;
       gpu)
         gpu_args="--num-iterations,${iterations:-20}"
         add gpu "$r" sync - "$gpu_args" CartPole-v1 Breakout-MinAtar -- "${AS_MEANT[@]}" -- "${MODELS[@]}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import color, fmt, name, variant_order
+from .output import NAMES, color, fmt, name, variant_order
 
 TRACE = "trace.json"  # the cut trace, as the archive holds it
 PACKED = ("python.prof",)  # what else of a profile the archive holds (besides run.json, summary.json, events)
@@ -24,6 +24,10 @@ STARTS = ("rollout", "iteration")  # the range that opens an iteration: PPO's, t
 DROPPED = ("end: ", "ThreadpoolListener", "$")  # XLA's end markers, its thread pool's, JAX's Python tracer
 LAUNCH = "PjitFunction("  # JAX: a compiled program called from Python (the trace nests two such events per call)
 REGIONS = ("rollout", "update", "policy_step", "env_step", "minibatch_step")  # the scripts' named ranges
+PHASES = ("env_step", "policy_step", "buffer", "update")  # an off-policy step's named ranges, in their order
+LOOP, REST = "loop", "rest"  # an off-policy iteration's time in its one compiled program, and in none of the above
+PROGRAMS = {"jit_policy": "policy_step", "jit_greedy": "policy_step", "jit_add": "buffer",  # a JAX program's phase,
+            "jit_train_step": "update"}  # where the loop is Python's (a CPU env)
 WORK = "ops"  # the chart's row of the time in XLA's ops or torch's
 
 
@@ -87,7 +91,7 @@ def top_level(ops: list[dict]) -> list[dict]:
 
 def measure(run_dir: Path) -> dict:
     """One traced iteration: its length, what it dispatched and how long that ran, Python's share."""
-    trace = read_trace(run_dir)
+    trace, info = read_trace(run_dir), json.loads((run_dir / "run.json").read_text())["args"]
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     iterations = trace["iterationsTraced"]
     xla = [e for e in events if "args" in e]  # an XLA op: the program it belongs to
@@ -100,7 +104,8 @@ def measure(run_dir: Path) -> dict:
     length = max(e["ts"] + e["dur"] for e in events) / 1e3
     busy = merged((e["ts"], e["ts"] + e["dur"]) for e in compiled)
     in_compiled = sum(b - a for a, b in busy) / 1e3
-    return {"iteration_ms": length, "python_calls": sum(c for c, _ in python) / iterations,
+    return {"iteration_ms": length, "split": None if "num_iterations" in info else split(events),
+            "python_calls": sum(c for c, _ in python) / iterations,
             "python_ms": 1e3 * sum(t for _, t in python) / iterations, "dispatched": len(dispatched),
             "xla_ops": len(xla), "compiled_ms": in_compiled,
             "host_per_dispatch_us": 1e3 * (length - in_compiled) / max(len(dispatched), 1),
@@ -108,13 +113,31 @@ def measure(run_dir: Path) -> dict:
                       WORK: [(a, b - a) for a, b in busy]}}  # what the chart draws
 
 
+def split(events) -> dict[str, float]:
+    """An off-policy iteration's milliseconds by phase. An instant belongs to the JAX program running then (its work
+    runs on XLA's threads, after the call that launched it returned: the host waits for it later, elsewhere), else to
+    the named range the host is in (PyTorch's ops run inside theirs), else to the rest."""
+    length = max(e["ts"] + e["dur"] for e in events)  # from the iteration's start (the cut's 0) to the trace's end
+    owner = np.full(int(length) + 1, len(PHASES) + 1, np.int8)  # µs by µs: REST
+    ranges = [(e, PHASES.index(e["name"])) for e in events if e["name"] in PHASES]
+    modules = [(e, e["args"]["hlo_module"]) for e in events if "args" in e]  # XLA's ops, by program
+    programs = ([(e, PHASES.index(PROGRAMS[m])) for e, m in modules if m in PROGRAMS] if ranges else
+                [(e, len(PHASES)) for e, _ in modules])  # no phase on the host: the loop is one program (Gymnax)
+    for e, phase in ranges + programs:  # a program's work over the range it ran in
+        owner[int(e["ts"]):int(e["ts"] + e["dur"]) + 1] = phase
+    counts = np.bincount(owner, minlength=len(PHASES) + 2) / 1e3
+    return dict(zip((*PHASES, LOOP, REST), map(float, counts)))
+
+
 def untraced_ms(run) -> float | None:
-    """The median iteration after the traced ones, as the run timed it without a tracer (PPO's: an off-policy
-    script traces its last two)."""
-    if "num_iterations" not in run.info["args"]:
-        return None
-    _, values, _ = run.series("time/iteration")
-    after = values[4:]  # iterations 5.. (the scripts trace 3 and 4)
+    """The median iteration the run timed without a tracer: PPO's after its traced iterations (3 and 4); an off-policy
+    script's that train, before its last two (traced) and after the first (torch.compile compiles in it)."""
+    a = run.info["args"]
+    steps, values, _ = run.series("time/iteration")
+    if "num_iterations" in a:
+        after = values[4:]
+    else:
+        after = values[steps - a["log_frequency"] > a["learning_starts"]][:-2]
     return 1e3 * float(np.median(after)) if len(after) else None
 
 
@@ -206,13 +229,54 @@ def claims(runs, o):
             "workloads")
 
 
+SPLIT_HEADER = ["env", "algorithm", "framework", "ms per 1,000 env steps, untraced", "traced", "env step",
+                "policy step", "buffer", "update", "the loop as one program", "the rest"]
+
+
+def algorithm_and_framework(r) -> tuple[str, str]:
+    return tuple(r.variant.split("_", 1))  # td3_torch-torchenv: td3, torch-torchenv
+
+
+def split_row(r) -> list:
+    per = 1e3 / r.info["args"]["log_frequency"]  # ms per iteration -> per 1,000 env steps
+    untraced, shares = untraced_ms(r), r.profile["split"]
+    total = sum(shares.values())
+    return [r.env_id, algorithm_and_framework(r)[0].upper(), NAMES.get(r.variant, r.variant),
+            fmt(untraced and untraced * per), fmt(total * per),
+            *(f"{shares[k] / total:.0%}" if shares[k] else "–" for k in (*PHASES, LOOP, REST))]
+
+
+def offpolicy_section(runs, o):
+    """Issue 53's item 6: an off-policy step's time split into the env's, the policy's, the buffer's and the update's,
+    per framework, from one traced iteration each."""
+    order = variant_order({algorithm_and_framework(r)[1] for r in runs})
+    key = lambda r: (r.env_id, algorithm_and_framework(r)[0] == "sac", order.index(algorithm_and_framework(r)[1]))
+    o.table("TD3 and SAC, one traced iteration each: its time per 1,000 env steps and the share of each phase (an "
+            "instant belongs to the JAX program running then, else to the host's named range, else to the rest)",
+            SPLIT_HEADER, [split_row(r) for r in sorted(runs, key=key)], block="offpolicy-split")
+    share = lambda r, phase: r.profile["split"][phase] / sum(r.profile["split"].values())
+    loops = [r for r in runs if not share(r, LOOP)]  # a Python loop, its phases named
+    o.claim("offpolicy-update-most-of-every-step", bool(loops) and all(share(r, "update") > 0.75 for r in loops), (),
+            "the update's share of a traced step, least over the rows with named phases: "
+            f"{min((share(r, 'update') for r in loops), default=0):.0%} (most: over three quarters)")
+    mujoco = [r for r in loops if r.env_id.startswith("HalfCheetah")]
+    o.claim("offpolicy-env-under-a-tenth-on-mujoco", bool(mujoco) and all(share(r, "env_step") < 0.1 for r in mujoco),
+            (), f"MuJoCo's HalfCheetah step's share, most over its rows: "
+            f"{max((share(r, 'env_step') for r in mujoco), default=1):.0%}")
+
+
 def profiles_section(runs, o):
+    offpolicy = [r for r in runs if r.profile["split"] is not None]
+    runs = [r for r in runs if r.profile["split"] is None]
     o.heading("Where the time goes", "One traced iteration per run (bench.sh's profile preset), traced by the "
               "framework's profiler and cProfile at once (docs/profiling.md). A call into the framework: a compiled "
               "program launched (JAX), an op called by Python or autograd's engine (PyTorch, a compiled region one "
               "call); outside them: the iteration less the time in ops, per call (PyTorch only: its ops run on the "
               "calling thread, so that is the Python and dispatch between them).")
-    o.table("One traced iteration, per workload and framework", HEADER, [row(r) for r in ordered(runs)],
-            block="profile-table")
-    claims(runs, o)
-    timeline_chart(runs, o)
+    if runs:
+        o.table("One traced iteration, per workload and framework", HEADER, [row(r) for r in ordered(runs)],
+                block="profile-table")
+        claims(runs, o)
+        timeline_chart(runs, o)
+    if offpolicy:
+        offpolicy_section(offpolicy, o)

@@ -95,6 +95,16 @@ def run_ok(script: str, *args: str, log_dir) -> Path:
     return made.pop()
 
 
+def ran_in_process(script: str, *args: str, log_dir, monkeypatch) -> Path:
+    """run_ok's run through the script's own main() in this process, a fresh copy of the module (a process's start,
+    seconds a run, saved where a test needs the run, not the command line): the one run directory it made."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("sys.argv", [script, *args, "--log-dir", str(log_dir)])
+    load(script, fresh=True).main()
+    (made,) = Path(log_dir).iterdir()
+    return made
+
+
 def read_json(path) -> dict:
     with open(path) as f:
         return json.load(f)
@@ -147,6 +157,19 @@ def check_profiled(run_dir, script: str, regions: tuple[str, ...], once_per_iter
     assert [r for r in regions if not names[r] and f"/{r}/".encode() not in compiled] == []
     python = pstats.Stats(str(Path(run_dir) / "python.prof")).stats  # (file, line, function) -> its times
     assert (script, "iteration") in {(os.path.basename(file), function) for file, _, function in python}
+    if "iteration" in once_per_iteration:  # off-policy: analyze.py's split of a step, every µs of the iteration once
+        from pytest import approx
+        from analysis import profiles
+
+        measured = profiles.measure(Path(run_dir))
+        split = measured["split"]
+        assert sum(split.values()) == approx(measured["iteration_ms"], rel=1e-3), split
+        # the whole loop compiled as one program (Gymnax's JAX scripts), or a Python loop with every phase in it
+        assert (split["loop"] > 0) != all(split[phase] > 0 for phase in profiles.PHASES), split
+        modules = {e["args"]["hlo_module"] for e in profiles.read_trace(Path(run_dir))["traceEvents"]
+                   if e.get("ph") == "X" and "args" in e}
+        if modules and not split["loop"]:  # a JAX script's Python loop: its programs named as the split reads them
+            assert {profiles.PROGRAMS[m] for m in modules & profiles.PROGRAMS.keys()} == set(profiles.PHASES[1:]), modules
 
 
 def load(script: str, fresh: bool = False):

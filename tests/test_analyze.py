@@ -592,6 +592,28 @@ def test_a_trace_is_cut_to_its_last_iteration_and_read_by_hand():
     assert profiles.merged([(10, 110), (200, 250), (220, 280), (900, 1000)]) == [(10, 110), (200, 280), (900, 1000)]
 
 
+def test_an_offpolicy_step_splits_into_its_phases_by_hand():
+    """Issue 53's split on a cut trace written here (µs from the iteration's start): a torch step, its ops inside its
+    host ranges; then a JAX step whose update, launched and returned at once, runs while the host waits in the next
+    policy step (that time is the update's); statistics after the last range are the rest; the whole loop as one
+    program is its own column. Every µs counted once."""
+    from analysis import profiles
+
+    jit = lambda module, ts, dur: op("fusion", ts, dur, tid=9, args={"hlo_module": module})
+    events = [op("iteration", 0, 900), op("policy_step", 0, 100), op("aten::addmm", 10, 50, cat="cpu_op"),
+              op("env_step", 100, 300), op("buffer", 400, 50), op("update", 450, 10),  # the update's call returns
+              jit("jit_add", 410, 30), jit("jit_train_step", 455, 245),  # ... and its program runs on
+              op("policy_step", 460, 300), jit("jit_policy", 700, 50),  # the host waits in the next policy step
+              jit("jit__mean", 800, 20), op("$stats", 790, 100)]  # statistics: no phase
+    split = profiles.split(events)
+    # ms: the first policy step, and the second's from the update's end (700) to its range's (760)
+    assert split == pytest.approx({"env_step": 0.300, "policy_step": 0.100 + 0.060, "buffer": 0.050,
+                                   "update": 0.250, "loop": 0.0, "rest": 0.140}, abs=2e-3)
+    assert sum(split.values()) == pytest.approx(0.9, abs=2e-3)
+    one_program = profiles.split([op("iteration", 0, 5), jit("jit_iteration", 10, 80)])  # Gymnax: the whole loop
+    assert one_program["loop"] == pytest.approx(0.080, abs=2e-3)
+
+
 def test_a_profiled_run_without_its_trace_is_skipped_saying_why(tmp_path):
     fake_run(tmp_path, "torch", "CartPole-v1", "small", 1, 10.0, ITERATIONS, profile=True)
     found, skipped = runs.find_runs([str(tmp_path)])

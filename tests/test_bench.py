@@ -253,11 +253,16 @@ def test_profile_preset():
     """profile: every run traced, 6 iterations (--iterations cannot drop it below the traced ones), in one
     folder; the workloads of docs/profiling.md's table, PyTorch on its own env where it has one."""
     lines = planned("profile")
-    assert len(lines) == 21 and len(set(lines)) == 21
-    assert all(line.endswith("--log-dir runs/profile/r1 --profile --num-iterations 6") for line in lines), lines
-    workloads = Counter(re.search(r"--env-id (\S+) --model (\S+)", line).groups() for line in lines)
+    assert len(lines) == 33 and len(set(lines)) == 33
+    ppo, offpolicy = [x for x in lines if " ppo_" in x], [x for x in lines if " ppo_" not in x]
+    assert all(line.endswith("--log-dir runs/profile/r1 --profile --num-iterations 6") for line in ppo), ppo
+    workloads = Counter(re.search(r"--env-id (\S+) --model (\S+)", line).groups() for line in ppo)
     assert workloads == {("CartPole-v1", "small"): 10, ("CartPole-v1", "medium"): 4, ("Pendulum-v1", "small"): 4,
                          ("Breakout-MinAtar", "cnn"): 3}
+    # TD3's and SAC's: 20 iterations of 100 env steps, 10 of them learning (the first compiles), the last two traced
+    assert all(x.endswith("--profile --total-timesteps 2000 --learning-starts 1000 --log-frequency 100")
+               for x in offpolicy)
+    assert Counter(re.search(r"python (\w+?)_", x)[1] for x in offpolicy) == {"td3": 6, "sac": 6}
     assert planned("profile", "--iterations", "20") == lines
     assert len(planned("profile", "--envs", "Breakout-MinAtar", "--variants", "linen,torch_compile-torchenv")) == 1
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import reference
 from helpers import (DQN_SCRIPTS, OFFPOLICY_REGIONS, check_profiled, load, read_json,
-                     refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
+                     ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 
 # short iterations: --profile traces a run's last two, and a longer trace costs the suite seconds per script
 TINY = ["--total-timesteps", "2000", "--learning-starts", "500", "--log-frequency", "125", "--buffer-size", "1000",
@@ -380,7 +380,7 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
 
 
 @pytest.mark.parametrize("script", DQN_SCRIPTS)
-def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
+def test_a_run_writes_the_contract_and_reloads(script, tmp_path, monkeypatch):
     """A tiny run (traced by --profile): run.json with what ran, the tags, summary.json, the trace; its saved
     model, loaded with no training,
     evaluates to the same returns (the same fresh envs and exploration)."""
@@ -391,19 +391,19 @@ def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
     assert [step for step, _ in logged["time/iteration"]] == list(range(125, 2001, 125))
     assert {"charts/SPS", "charts/epsilon", "losses/td_loss", "losses/q_values", "memory/peak_rss_mb"} <= set(logged)
     assert [step for step, _ in logged["losses/td_loss"]] == list(range(625, 2001, 125))  # none before learning starts
-    loaded = run_ok(script, "--total-timesteps", "0", *TINY[2:], "--load-model", str(trained), "--eval-episodes", "3",
-                    log_dir=tmp_path / "eval")
+    loaded = ran_in_process(script, "--total-timesteps", "0", *TINY[2:], "--load-model", str(trained),
+                            "--eval-episodes", "3", log_dir=tmp_path / "eval", monkeypatch=monkeypatch)
     assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
 
 
 @pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py"])
-def test_a_torch_env_run_names_itself_and_reloads(script, tmp_path):
+def test_a_torch_env_run_names_itself_and_reloads(script, tmp_path, monkeypatch):
     """--torch-env: the variant says it, and a saved model evaluates the same again on the env in torch."""
     trained = run_ok(script, *TINY, "--torch-env", "--save-model", "--eval-episodes", "3", log_dir=tmp_path / "train")
     info, summary = read_json(trained / "run.json"), read_json(trained / "summary.json")
     assert info["variant"] == script.removesuffix(".py") + "-torchenv" and info["args"]["torch_env"] is True
-    loaded = run_ok(script, "--total-timesteps", "0", *TINY[2:], "--torch-env", "--load-model", str(trained),
-                    "--eval-episodes", "3", log_dir=tmp_path / "eval")
+    loaded = ran_in_process(script, "--total-timesteps", "0", *TINY[2:], "--torch-env", "--load-model", str(trained),
+                            "--eval-episodes", "3", log_dir=tmp_path / "eval", monkeypatch=monkeypatch)
     assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
 
 

@@ -8,14 +8,15 @@ import pytest
 from helpers import AGENT_SCRIPTS, COMPILED_TWINS, SCRIPTS, read_json, run_ok
 
 # Not here, for the suite's time: the agent scripts, since tests/test_agents.py proves each agent, eager or
-# compiled, computes what the single-agent script computes with its seed; the eager torch scripts, since
-# tests/test_compilation.py proves each compiled one with --compile-mode none is its eager script, number for
-# number (and the compiled ones learn below); and the CPU-env torch script stepped by Gymnasium's next-step
-# vector env, since its masked reset steps are EnvPool's (learning below) and tests/test_vectorization.py proves
-# they weigh nothing in the loss.
-CASES = [(s, ()) for s in SCRIPTS if s not in AGENT_SCRIPTS and s not in COMPILED_TWINS] + [
-    ("ppo_torch_gymnasium.py", ("--vectorization", "envpool")),  # a next-step autoreset: masked reset steps
-    ("ppo_torch_compile.py", ("--torch-env",))]  # the env in torch, compiled with the policy step
+# compiled, computes what the single-agent script computes with its seed; and one script of each eager/compiled
+# torch pair, since tests/test_compilation.py proves the compiled one with --compile-mode none is the eager one,
+# number for number, and tests/test_equivalence.py that its compiled updates are the reference's: on Gymnax the
+# compiled script learns here, on Gymnasium the eager one, through EnvPool's next-step autoreset (its masked reset
+# steps are those of Gymnasium's next-step vector env, which tests/test_vectorization.py proves weigh nothing).
+PAIRED = {script for pair in COMPILED_TWINS.items() for script in pair}
+CASES = [(s, ()) for s in SCRIPTS if s not in AGENT_SCRIPTS and s not in PAIRED] + [
+    ("ppo_torch_compile.py", ()), ("ppo_torch_compile.py", ("--torch-env",)),  # and the env in torch, compiled
+    ("ppo_torch_gymnasium.py", ("--vectorization", "envpool"))]
 
 
 HALF = CASES[0::2]  # the other half is tests/test_learning_more.py's: a file each, so the two workers share them

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import reference
 from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, TD3_SCRIPTS, check_profiled, load, read_json,
-                     refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
+                     ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 from test_sac import ADAPTERS as SAC_ADAPTERS
 
 # short iterations: --profile traces a run's last two, and a longer trace costs the suite seconds per script
@@ -444,7 +444,7 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
 
 
 @pytest.mark.parametrize("script", TD3_SCRIPTS)
-def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
+def test_a_run_writes_the_contract_and_reloads(script, tmp_path, monkeypatch):
     """A tiny run (traced by --profile): run.json with what ran, the tags, summary.json, the trace; its saved
     model, loaded with no training,
     evaluates to the same returns."""
@@ -456,8 +456,8 @@ def test_a_run_writes_the_contract_and_reloads(script, tmp_path):
     assert {"charts/SPS", "charts/episodic_return", "losses/qf_loss", "losses/qf1_values", "losses/actor_loss",
             "memory/peak_rss_mb"} <= set(logged)
     assert [step for step, _ in logged["losses/qf_loss"]] == list(range(250, 601, 50))  # none before learning starts
-    loaded = run_ok(script, "--total-timesteps", "0", *TINY[2:], "--load-model", str(trained), "--eval-episodes", "2",
-                    log_dir=tmp_path / "eval")
+    loaded = ran_in_process(script, "--total-timesteps", "0", *TINY[2:], "--load-model", str(trained),
+                            "--eval-episodes", "2", log_dir=tmp_path / "eval", monkeypatch=monkeypatch)
     assert read_json(loaded / "summary.json")["eval/episodic_returns"] == summary["eval/episodic_returns"]
 
 
