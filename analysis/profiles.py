@@ -1,7 +1,8 @@
 """Where the time goes (issue 56; folder profile, bench.sh's preset of that name): the traces --profile
 writes, one iteration of each, read into a table per workload and framework (the iteration's length
 traced and untraced, Python's calls and time, what it dispatched, the time in compiled code or ops)
-and drawn side by side.
+and drawn side by side; a TD3 or SAC step split into its env's, policy's, buffer's and update's time
+(issue 53).
 
 A run's trace is cut to its last traced iteration, from its `rollout` (PPO) or `iteration` range to
 the trace's end, and thinned to what a reader and this module use: complete events, times from the
