@@ -238,13 +238,17 @@ def algorithm_and_framework(r) -> tuple[str, str]:
     return tuple(r.variant.split("_", 1))  # td3_torch-torchenv: td3, torch-torchenv
 
 
+def shares(r) -> dict[str, float]:
+    split = r.profile["split"]
+    return {phase: ms / sum(split.values()) for phase, ms in split.items()}
+
+
 def split_row(r) -> list:
     per = 1e3 / r.info["args"]["log_frequency"]  # ms per iteration -> per 1,000 env steps
-    untraced, shares = untraced_ms(r), r.profile["split"]
-    total = sum(shares.values())
+    untraced = untraced_ms(r)
     return [r.env_id, algorithm_and_framework(r)[0].upper(), NAMES.get(r.variant, r.variant),
-            fmt(untraced and untraced * per), fmt(total * per),
-            *(f"{shares[k] / total:.0%}" if shares[k] else "–" for k in (*PHASES, LOOP, REST))]
+            fmt(untraced and untraced * per), fmt(sum(r.profile["split"].values()) * per),
+            *(f"{x:.0%}" if x else "–" for x in shares(r).values())]
 
 
 def offpolicy_section(runs, o):
@@ -255,7 +259,7 @@ def offpolicy_section(runs, o):
     o.table("TD3 and SAC, one traced iteration each: its time per 1,000 env steps and the share of each phase (an "
             "instant belongs to the JAX program running then, else to the host's named range, else to the rest)",
             SPLIT_HEADER, [split_row(r) for r in sorted(runs, key=key)], block="offpolicy-split")
-    share = lambda r, phase: r.profile["split"][phase] / sum(r.profile["split"].values())
+    share = lambda r, phase: shares(r)[phase]
     loops = [r for r in runs if not share(r, LOOP)]  # a Python loop, its phases named
     o.claim("offpolicy-update-most-of-every-step", bool(loops) and all(share(r, "update") > 0.75 for r in loops), (),
             "the update's share of a traced step, least over the rows with named phases: "
