@@ -118,6 +118,12 @@ class Args:
     """wrap rollout and update in jax.jit (--no-jit: benchback-rl's "none", each lax.scan compiles per call)"""
     num_agents: int = 8
     """agents trained at once, agent i with seed + i (each its own weights, optimizer, envs and keys)"""
+    learning_rates: tuple[float, ...] = ()
+    """one per agent, agent i's learning rate (a population sweep: tune.py --population); empty: --learning-rate"""
+    ent_coefs: tuple[float, ...] = ()
+    """one per agent, agent i's entropy coefficient; empty: every agent's is --ent-coef"""
+    clip_coefs: tuple[float, ...] = ()
+    """one per agent, agent i's clipping coefficient; empty: every agent's is --clip-coef"""
 
 
 MODELS = {"small": (64, 64), "medium": (256, 256, 256), "large": (1024,) * 6}
@@ -130,6 +136,19 @@ def variant_name(args: Args) -> str:
 def agent_seeds(args: Args):
     """Agent i's seed, seed + i: it draws everything ppo_linen.py --seed seed+i draws."""
     return args.seed + jnp.arange(args.num_agents)
+
+
+class Hyper(NamedTuple):
+    """What a population sweep sets per agent, as arrays over the agents: vmap gives agent i its own."""
+    learning_rate: jax.Array
+    ent_coef: jax.Array
+    clip_coef: jax.Array
+
+
+def agent_hyper(args: Args) -> Hyper:
+    """--learning-rates, --ent-coefs, --clip-coefs, or each agent the single value of --learning-rate, ..."""
+    return Hyper(*(jnp.asarray(getattr(args, f"{name}s") or [getattr(args, name)] * args.num_agents, jnp.float32)
+                   for name in Hyper._fields))
 
 
 # %% environment helpers
@@ -376,16 +395,19 @@ def logprob_entropy(policy, actions):
     return logprob, (0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd).sum(-1)
 
 
+def make_tx(learning_rate, args: Args):
+    total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
+    return optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(learning_rate, 0.0, total_steps),
+                                             b1=args.adam_betas[0], b2=args.adam_betas[1], eps=args.adam_eps),
+    )
+
+
 def make_train_state(key, obs_shape, num_actions, continuous: bool, args: Args) -> TrainState:
     model = ActorCritic(MODELS[args.model], num_actions, continuous)
     params = model.init(key, jnp.zeros((1, math.prod(obs_shape)), jnp.float32))
-    total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
-    tx = optax.chain(  # inject_hyperparams: the rate of each step is kept in the optimizer state, for logging
-        optax.clip_by_global_norm(args.max_grad_norm),
-        optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(args.learning_rate, 0.0, total_steps),
-                                             b1=args.adam_betas[0], b2=args.adam_betas[1], eps=args.adam_eps),
-    )
-    return TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+    return TrainState.create(apply_fn=model.apply, params=params, tx=make_tx(args.learning_rate, args))
 
 
 # saving and loading: Flax's msgpack of the train state, with what it fits
@@ -518,7 +540,7 @@ def compute_gae(values, rewards, terminated, truncated, last_value, final_values
 
 
 # %% loss and update
-def ppo_loss(params, apply_fn, mb: Batch, args: Args):
+def ppo_loss(params, apply_fn, mb: Batch, hyper: Hyper, args: Args):
     policy, value = apply_fn(params, mb.obs)
     logprob, entropy = logprob_entropy(policy, mb.actions)
     entropy = entropy.mean()
@@ -526,38 +548,41 @@ def ppo_loss(params, apply_fn, mb: Batch, args: Args):
     ratio = jnp.exp(logratio)
     advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std() + 1e-8)
     pg_loss = jnp.maximum(-advantages * ratio,
-                          -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+                          -advantages * jnp.clip(ratio, 1 - hyper.clip_coef, 1 + hyper.clip_coef)).mean()
     v_loss = (value - mb.returns) ** 2
     if args.clip_vloss:
-        v_clipped = mb.values + jnp.clip(value - mb.values, -args.clip_coef, args.clip_coef)
+        v_clipped = mb.values + jnp.clip(value - mb.values, -hyper.clip_coef, hyper.clip_coef)
         v_loss = jnp.maximum(v_loss, (v_clipped - mb.returns) ** 2)
     v_loss = 0.5 * v_loss.mean()
-    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    loss = pg_loss - hyper.ent_coef * entropy + args.vf_coef * v_loss
     stats = {
         "policy_loss": pg_loss,
         "value_loss": v_loss,
         "entropy": entropy,
         "approx_kl": ((ratio - 1) - logratio).mean(),
-        "clipfrac": (jnp.abs(ratio - 1) > args.clip_coef).mean(),
+        "clipfrac": (jnp.abs(ratio - 1) > hyper.clip_coef).mean(),
     }
     return loss, stats
 
 
 @jax.named_scope("minibatch_step")
-def minibatch_step(train_state: TrainState, mb: Batch, args: Args):
+def minibatch_step(train_state: TrainState, mb: Batch, hyper: Hyper, args: Args):
     """One optimizer step: loss, gradients, global-norm clip, Adam."""
-    grads, stats = jax.grad(ppo_loss, has_aux=True)(train_state.params, train_state.apply_fn, mb, args)
-    return train_state.apply_gradients(grads=grads), stats
+    grads, stats = jax.grad(ppo_loss, has_aux=True)(train_state.params, train_state.apply_fn, mb, hyper, args)
+    # Adam with this agent's rate: the optimizer is a function, so the step makes it from the rate vmap
+    # passes; its state has every agent's structure, and the train state leaves with the optimizer it came with
+    stepped = train_state.replace(tx=make_tx(hyper.learning_rate, args)).apply_gradients(grads=grads)
+    return stepped.replace(tx=train_state.tx), stats
 
 
-def update(train_state: TrainState, batch: Batch, shuffle_key, args: Args):
+def update(train_state: TrainState, batch: Batch, shuffle_key, hyper: Hyper, args: Args):
     """update_epochs epochs of num_minibatches shuffled minibatches, as nested lax.scans."""
     batch_size = args.num_envs * args.num_steps
 
     def epoch(train_state, key):
         perm = jax.random.permutation(key, batch_size)
         shuffled = jax.tree.map(lambda x: x[perm].reshape(args.num_minibatches, -1, *x.shape[1:]), batch)
-        return jax.lax.scan(partial(minibatch_step, args=args), train_state, shuffled)
+        return jax.lax.scan(partial(minibatch_step, hyper=hyper, args=args), train_state, shuffled)
 
     # a fresh shuffle key per update without a host round trip: fold in this run's optimizer steps (the
     # schedule's count, which a loaded run starts again, as it starts its env stream from its seed)
@@ -692,11 +717,12 @@ class RunLog:
                 write(f"charts/{name}/agent{agent}", stats[f"{name}_sum"][agent] / count[agent], step)
         sps = args.num_agents * args.num_envs * args.num_steps / times["iteration"]  # all agents' env steps
         write("charts/SPS", sps, step)
-        write("charts/learning_rate", np.max(stats["learning_rate"]), step)  # one schedule: every agent's rate
-        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
-            write(f"losses/{name}", stats[name].mean(), step)  # the mean over agents
-            for agent, value in enumerate(stats[name]):
-                write(f"losses/{name}/agent{agent}", value, step)
+        losses = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
+        for tag in ("charts/learning_rate", *(f"losses/{name}" for name in losses)):
+            values = stats[tag.split("/")[1]]
+            write(tag, values.mean(), step)  # the mean over agents, then each agent's
+            for agent, value in enumerate(values):
+                write(f"{tag}/agent{agent}", value, step)
         write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
             write("memory/peak_device_mb", device_mb, step)
@@ -768,6 +794,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     # the single-agent functions over the leading agent axis of every array they take and return
     rollout_fn = jax.vmap(partial(rollout, env=env, env_params=env_params, args=args))
     update_fn = jax.vmap(partial(update, args=args))
+    hyper = agent_hyper(args)
     if args.jit:  # each call consumes what it changes: XLA reuses the runner's and the train state's buffers
         rollout_fn = jax.jit(rollout_fn, donate_argnums=1)
         update_fn = jax.jit(update_fn, donate_argnums=0)
@@ -783,7 +810,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
                 jax.block_until_ready(batch)
                 t1 = time.perf_counter()
             with region("update", args.profile):
-                train_state, update_stats = update_fn(train_state, batch, shuffle_key)
+                train_state, update_stats = update_fn(train_state, batch, shuffle_key, hyper)
             if args.sync_timing:
                 jax.block_until_ready(train_state)
                 t2 = time.perf_counter()
@@ -819,6 +846,11 @@ def check_args(args: Args):
         fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
     if args.model == "cnn":
         fail("--model cnn is not in the agent scripts: one agent per process with ppo_linen.py --model cnn")
+    for name in Hyper._fields:  # one value per agent, each in its single argument's range
+        if (values := getattr(args, f"{name}s")) and len(values) != args.num_agents:
+            fail(f"{name}s takes one value per agent: {len(values)} given for {args.num_agents} agents")
+        for value in values:
+            check_args(replace(args, **{name: value, f"{name}s": ()}))
     if args.seed + args.num_agents - 1 >= 2**31:
         fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
              f"got {args.seed + args.num_agents - 1}")

@@ -124,6 +124,12 @@ class Args:
     MountainCarContinuous-v0, Pendulum-v1)"""
     num_agents: int = 8
     """agents trained at once, agent i with seed + i (each its own weights, optimizer, envs and random stream)"""
+    learning_rates: tuple[float, ...] = ()
+    """one per agent, agent i's learning rate (a population sweep: tune.py --population); empty: --learning-rate"""
+    ent_coefs: tuple[float, ...] = ()
+    """one per agent, agent i's entropy coefficient; empty: every agent's is --ent-coef"""
+    clip_coefs: tuple[float, ...] = ()
+    """one per agent, agent i's clipping coefficient; empty: every agent's is --clip-coef"""
     compile: bool = False
     """torch.compile the policy step, GAE and the agents' gradients (mode default)"""
 
@@ -139,6 +145,19 @@ def variant_name(args: Args) -> str:
 def agent_seeds(args: Args):
     """Agent i's seed, seed + i: it draws everything ppo_torch.py --seed seed+i draws."""
     return args.seed + jnp.arange(args.num_agents)
+
+
+class Hyper(NamedTuple):
+    """What a population sweep sets per agent, as tensors over the agents: vmap gives agent i its own."""
+    learning_rate: torch.Tensor
+    ent_coef: torch.Tensor
+    clip_coef: torch.Tensor
+
+
+def agent_hyper(args: Args, device=None) -> Hyper:
+    """--learning-rates, --ent-coefs, --clip-coefs, or each agent the single value of --learning-rate, ..."""
+    return Hyper(*(torch.tensor(getattr(args, f"{name}s") or [getattr(args, name)] * args.num_agents, device=device)
+                   for name in Hyper._fields))
 
 
 # %% environment helpers
@@ -630,9 +649,14 @@ def make_agents(obs_dim, num_actions, continuous: bool, args: Args, device):
               for net in NETS}
     if continuous:  # each agent's log-std: (num_agents, action dimensions)
         params["actor_logstd"] = torch.stack([a.actor_logstd.detach() for a in agents])
-    # fused: one kernel for all parameters instead of a loop over them; elementwise, so one Adam per agent
-    optimizer = torch.optim.Adam(leaves(params), lr=args.learning_rate, betas=args.adam_betas,
-                                 eps=args.adam_eps, fused=True)
+    # fused: one kernel for all parameters instead of a loop over them; elementwise, so one Adam per agent.
+    # Agents with rates of their own (--learning-rates): a param group each, of its rows of every stacked
+    # tensor (views, which Adam steps in place); "rate" is where a group's schedule starts
+    rates = agent_hyper(args).learning_rate.tolist()
+    groups = ([{"params": [p[agent] for p in leaves(params)], "rate": rate, "agent": agent}
+               for agent, rate in enumerate(rates)] if args.learning_rates else
+              [{"params": leaves(params), "rate": args.learning_rate}])
+    optimizer = torch.optim.Adam(groups, lr=args.learning_rate, betas=args.adam_betas, eps=args.adam_eps, fused=True)
     return agents[0].to("meta"), params, optimizer, generators  # the model: structure only, no weights
 
 
@@ -668,7 +692,7 @@ def save_model(run_dir: str, params: dict, optimizer, norm: Normalizer | None, a
     """The agents' weights, the optimizer's state and the normalization's statistics (as tensors, stacked),
     which a later run can start from (and an evaluation needs)."""
     meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id, "num_agents": args.num_agents,
-            "normalize": norm is not None}
+            "normalize": norm is not None, "rates_per_agent": bool(args.learning_rates)}  # Adam's param groups
     saved = {"meta": meta, "params": params, "optimizer": optimizer.state_dict()}
     if norm is not None:
         saved["normalizer"] = jax.tree.map(torch.from_dlpack, {"obs": norm.obs._asdict(), "reward": norm.reward._asdict()})
@@ -688,7 +712,8 @@ def read_model(path: str, args: Args, normalize: bool = False) -> dict:
     except Exception:  # truncated, or not a saved model: the reader raises many kinds
         fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
     for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id),
-                          ("num_agents", args.num_agents), ("normalize", normalize)):
+                          ("num_agents", args.num_agents), ("normalize", normalize),
+                          ("rates_per_agent", bool(args.learning_rates))):
         if meta.get(key, False) != this_run:
             fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
     return saved
@@ -698,9 +723,10 @@ def restore(params: dict, optimizer, saved: dict):
     """The saved weights and optimizer state, in place; this run's learning-rate schedule starts again."""
     for param, value in zip(leaves(params), leaves(saved["params"])):
         param.copy_(value)
-    learning_rate = optimizer.param_groups[0]["lr"]
+    schedules = [{key: group[key] for key in ("lr", "rate")} for group in optimizer.param_groups]
     optimizer.load_state_dict(saved["optimizer"])
-    optimizer.param_groups[0]["lr"] = learning_rate  # the rate this run's schedule sets, not the saved one
+    for group, schedule in zip(optimizer.param_groups, schedules):
+        group.update(schedule)  # the rates this run's schedule sets, not the saved ones
 
 
 # %% rollout
@@ -830,7 +856,7 @@ def compute_gae(values, rewards, terminated, truncated, last_value, final_values
 
 
 # %% loss and update
-def ppo_loss(params: dict, model: ActorCritic, mb: Batch, args: Args):
+def ppo_loss(params: dict, model: ActorCritic, mb: Batch, hyper: Hyper, args: Args):
     """One agent's loss on its minibatch, from its weights (what torch.func.grad differentiates)."""
     policy = head(params, call(model.actor, params["actor"], mb.obs), agent_dim=None)
     value = call(model.critic, params["critic"], mb.obs)[..., 0]
@@ -841,26 +867,26 @@ def ppo_loss(params: dict, model: ActorCritic, mb: Batch, args: Args):
     # population std (correction=0), as jnp.std
     advantages = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std(correction=0) + 1e-8)
     pg_loss = torch.max(-advantages * ratio,
-                        -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+                        -advantages * torch.clamp(ratio, 1 - hyper.clip_coef, 1 + hyper.clip_coef)).mean()
     v_loss = (value - mb.returns) ** 2
     if args.clip_vloss:
-        v_clipped = mb.values + torch.clamp(value - mb.values, -args.clip_coef, args.clip_coef)
+        v_clipped = mb.values + torch.clamp(value - mb.values, -hyper.clip_coef, hyper.clip_coef)
         v_loss = torch.max(v_loss, (v_clipped - mb.returns) ** 2)
     v_loss = 0.5 * v_loss.mean()
-    loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+    loss = pg_loss - hyper.ent_coef * entropy + args.vf_coef * v_loss
     stats = {
         "policy_loss": pg_loss,
         "value_loss": v_loss,
         "entropy": entropy,
         "approx_kl": ((ratio - 1) - logratio).mean(),
-        "clipfrac": ((ratio - 1).abs() > args.clip_coef).float().mean(),
+        "clipfrac": ((ratio - 1).abs() > hyper.clip_coef).float().mean(),
     }
     return loss, stats
 
 
-def agent_grads(params: dict, model: ActorCritic, mb: Batch, args: Args):
+def agent_grads(params: dict, model: ActorCritic, mb: Batch, hyper: Hyper, args: Args):
     """One agent's gradients, clipped by that agent's own global norm as clip_grad_norm_ clips."""
-    grads, stats = grad(ppo_loss, has_aux=True)(params, model, mb, args)
+    grads, stats = grad(ppo_loss, has_aux=True)(params, model, mb, hyper, args)
     norm = torch.stack([g.norm() for g in leaves(grads)]).norm()
     scale = torch.clamp(args.max_grad_norm / (norm + 1e-6), max=1.0)
     clipped = {key: {name: g * scale for name, g in g_net.items()} if key in NETS else g_net * scale  # the log-std's too
@@ -868,16 +894,17 @@ def agent_grads(params: dict, model: ActorCritic, mb: Batch, args: Args):
     return clipped, torch.stack(list(stats.values()))
 
 
-def minibatch_grads(params: dict, model: ActorCritic, mb: Batch, args: Args):
+def minibatch_grads(params: dict, model: ActorCritic, mb: Batch, hyper: Hyper, args: Args):
     """Every agent's clipped gradients and loss statistics: vmap over the agent axis of weights and minibatch."""
-    return vmap(agent_grads, in_dims=(0, None, 0, None))(params, model, mb, args)
+    return vmap(agent_grads, in_dims=(0, None, 0, 0, None))(params, model, mb, hyper, args)
 
 
-def minibatch_step(model: ActorCritic, params: dict, optimizer, mb: Batch, args: Args):
+def minibatch_step(model: ActorCritic, params: dict, optimizer, mb: Batch, hyper: Hyper, args: Args):
     """One optimizer step of every agent: loss, gradients, global-norm clip per agent, then Adam."""
-    grads, stats = minibatch_grads(params, model, mb, args)
-    for param, g in zip(leaves(params), leaves(grads)):
-        param.grad = g
+    grads, stats = minibatch_grads(params, model, mb, hyper, args)
+    for group in optimizer.param_groups:  # every agent's rows, or (rates per agent) one agent's
+        for param, g in zip(group["params"], leaves(grads)):
+            param.grad = g[group["agent"]] if "agent" in group else g
     optimizer.step()
     return stats
 
@@ -889,15 +916,17 @@ def update(model: ActorCritic, params: dict, optimizer, generators: list, batch:
     minibatch_size = batch_size // args.num_minibatches
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     step = iteration * args.update_epochs * args.num_minibatches  # known on the host: no sync for the LR
+    hyper = agent_hyper(args, batch.obs.device)
     stats = []
     for _ in range(args.update_epochs):
         perm = torch.stack([torch.randperm(batch_size, device=batch.obs.device, generator=g) for g in generators])
         shuffled = Batch(*(x[agents, perm] for x in batch))  # one gather per epoch; minibatches are views
         for start in range(0, batch_size, minibatch_size):
             mb = Batch(*(x[:, start:start + minibatch_size] for x in shuffled))
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - step / total_steps)  # linear decay
+            for group in optimizer.param_groups:
+                group["lr"] = group["rate"] * (1 - step / total_steps)  # linear decay
             with region("minibatch_step", args.profile):
-                stats.append(minibatch_step(model, params, optimizer, mb, args))
+                stats.append(minibatch_step(model, params, optimizer, mb, hyper, args))
             step += 1
     names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
     return dict(zip(names, torch.stack(stats).mean(0).T))  # each (num_agents,)
@@ -1046,11 +1075,12 @@ class RunLog:
                 write(f"charts/{name}/agent{agent}", stats[f"{name}_sum"][agent] / count[agent], step)
         sps = args.num_agents * args.num_envs * args.num_steps / times["iteration"]  # all agents' env steps
         write("charts/SPS", sps, step)
-        write("charts/learning_rate", np.max(stats["learning_rate"]), step)  # one schedule: every agent's rate
-        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
-            write(f"losses/{name}", stats[name].mean(), step)  # the mean over agents
-            for agent, value in enumerate(stats[name]):
-                write(f"losses/{name}/agent{agent}", value, step)
+        losses = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
+        for tag in ("charts/learning_rate", *(f"losses/{name}" for name in losses)):
+            values = stats[tag.split("/")[1]]
+            write(tag, values.mean(), step)  # the mean over agents, then each agent's
+            for agent, value in enumerate(values):
+                write(f"{tag}/agent{agent}", value, step)
         write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
             write("memory/peak_device_mb", device_mb, step)
@@ -1152,7 +1182,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
                 t2 = time.perf_counter()
             stats = {**rollout_stats, **update_stats}
             stats = dict(zip(stats, torch.stack(list(stats.values())).numpy(force=True)))  # the one host fetch
-            stats["learning_rate"] = optimizer.param_groups[0]["lr"]  # the rate of Adam's last step: a host float
+            # the rates of Adam's last step, host floats: one group's for every agent, or each agent's group's
+            stats["learning_rate"] = np.broadcast_to([group["lr"] for group in optimizer.param_groups], args.num_agents)
             times = {"iteration": time.perf_counter() - t0}
             if args.sync_timing:
                 times.update(rollout=t1 - t0, update=t2 - t1)
@@ -1184,6 +1215,11 @@ def check_args(args: Args):
         fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
     if args.model == "cnn":
         fail("--model cnn is not in the agent scripts: one agent per process with ppo_torch.py --model cnn")
+    for name in Hyper._fields:  # one value per agent, each in its single argument's range
+        if (values := getattr(args, f"{name}s")) and len(values) != args.num_agents:
+            fail(f"{name}s takes one value per agent: {len(values)} given for {args.num_agents} agents")
+        for value in values:
+            check_args(replace(args, **{name: value, f"{name}s": ()}))
     if args.seed + args.num_agents - 1 >= 2**31:
         fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
              f"got {args.seed + args.num_agents - 1}")

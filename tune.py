@@ -13,6 +13,11 @@ Ctrl-C runs again; finished ones are kept), and `optuna-dashboard sqlite:///OUT/
 
 After --, the script's own arguments, which every trial runs with.
 
+--population N trains N trials at once, as the N agents of one process of an agent script (ppo_*_agents.py):
+Optuna is asked for N trials, the script runs them with --num-agents N and each agent's own values (it takes
+learning_rate, ent_coef and clip_coef per agent), and each trial is told its agent's final return. No trial is
+pruned (the agents run as one program, to its end); agent i is seeded seed + i.
+
 A search space entry is NAME=KIND:..., NAME one of the script's arguments: log:LOW:HIGH (log-uniform),
 float:LOW:HIGH, int:LOW:HIGH, or choice:A,B,... (--space-file: one entry per line, # comments).
 """
@@ -69,6 +74,8 @@ class Args:
     """the sampler's seed (a study resumed with the same seed samples anew from where it was)"""
     out: str | None = None
     """the study's folder: study.db, trials/<number>/ (each run and its log), best.sh (default: runs/tune/<script>)"""
+    population: int = 0
+    """train this many trials at once, as the agents of one process of an agent script (0: a process per trial)"""
 
 
 SPACE_KINDS = ("log", "float", "int", "choice")
@@ -197,8 +204,8 @@ class Returns:
         return out
 
 
-def run(command: list[str], folder: Path, env_id: str, seed: int, report) -> float:
-    """One run of the trial, reporting its iterations' returns as it goes; its final return."""
+def run(command: list[str], folder: Path, env_id: str, seed: int, report=None) -> dict:
+    """One run, reporting its iterations' returns as it goes (report: None, not at all); its summary."""
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{env_id}__s{seed}.log"
     with open(log, "w") as f:
@@ -207,22 +214,28 @@ def run(command: list[str], folder: Path, env_id: str, seed: int, report) -> flo
     try:
         while proc.poll() is None:
             time.sleep(0.5)
-            for iteration, episodic_return in returns.new():
+            for iteration, episodic_return in returns.new() if report else ():
                 if report(iteration, episodic_return):
                     stop(proc)
                     raise optuna.TrialPruned(f"pruned at iteration {iteration}")
     finally:
         stop(proc)  # Ctrl-C, a pruned or a failed trial: no run is left behind
-    if proc.returncode:
-        raise RunFailed(f"{env_id} seed {seed}: exit {proc.returncode}, see {log}")
     summaries = list(folder.glob(f"{env_id}__*__s{seed}__*/summary.json"))
-    final = json.loads(summaries[0].read_text()).get("charts/episodic_return_final") if summaries else None
+    if proc.returncode or not summaries:
+        raise RunFailed(f"{env_id} seed {seed}: exit {proc.returncode}, see {log}")
+    return json.loads(summaries[0].read_text())
+
+
+def final_return(summary: dict, env_id: str, seed: int, agent: int | None = None) -> float:
+    """The run's final return (agent: that agent's in an agent script's run), or RunFailed if it has none."""
+    final = (summary["charts/episodic_return_final"] if agent is None else
+             summary["charts/episodic_return_final_per_agent"][agent])
     if final is None:
         raise RunFailed(f"{env_id} seed {seed}: no episode ended in its last iterations, so no final return")
     return final
 
 
-def objective(trial, args: Args, space: dict, fixed: list[str], ranges: dict, iterations: int, out: Path):
+def suggest(trial, space: dict) -> dict:
     params = {}
     for name, (kind, values) in space.items():
         if kind == "choice":
@@ -231,22 +244,66 @@ def objective(trial, args: Args, space: dict, fixed: list[str], ranges: dict, it
             params[name] = trial.suggest_int(name, *values)
         else:
             params[name] = trial.suggest_float(name, *values, log=kind == "log")
+    return params
+
+
+def normalized(ranges: dict, env_id: str, x: float) -> float:
+    return (x - ranges[env_id][0]) / (ranges[env_id][1] - ranges[env_id][0])
+
+
+def objective(trial, args: Args, space: dict, fixed: list[str], ranges: dict, iterations: int, out: Path):
+    params = suggest(trial, space)
     runs, folder = [(env_id, seed) for env_id in ranges for seed in args.seeds], out / "trials" / str(trial.number)
     scores = []
-    normal = lambda env_id, x: (x - ranges[env_id][0]) / (ranges[env_id][1] - ranges[env_id][0])
     for k, (env_id, seed) in enumerate(runs):
         def report(iteration, episodic_return):  # the runs done so far and this one's latest iteration
-            trial.report((sum(scores) + normal(env_id, episodic_return)) / (k + 1), k * iterations + iteration)
+            latest = normalized(ranges, env_id, episodic_return)
+            trial.report((sum(scores) + latest) / (k + 1), k * iterations + iteration)
             return trial.should_prune()
 
         command = [sys.executable, args.script, *fixed, *flags(params), "--env-id", env_id, "--seed", str(seed),
                    "--log-dir", str(folder)]
         try:
-            scores.append(normal(env_id, run(command, folder, env_id, seed, report)))
+            summary = run(command, folder, env_id, seed, report)
+            scores.append(normalized(ranges, env_id, final_return(summary, env_id, seed)))
         except RunFailed as e:
             trial.set_user_attr("error", str(e))  # failed, not interrupted: a resumed study keeps it
             raise
     return sum(scores) / len(scores)
+
+
+def population(study, size: int, args: Args, space: dict, fixed: list[str], ranges: dict, out: Path):
+    """size trials asked at once and trained as the agents of one process per env and seed, each told its
+    agent's score (a run that fails fails them all; an agent without a final return, its own trial)."""
+    trials = [study.ask() for _ in range(size)]
+    params = [suggest(trial, space) for trial in trials]
+    per_agent = [x for name in space for x in (f"--{name.replace('_', '-')}s", *(str(p[name]) for p in params))]
+    folder, scores = out / "trials" / f"{trials[0].number}-{trials[-1].number}", {t.number: [] for t in trials}
+    errors = {}
+    for env_id in ranges:
+        for seed in args.seeds:
+            command = [sys.executable, args.script, *fixed, "--num-agents", str(size), *per_agent,
+                       "--env-id", env_id, "--seed", str(seed), "--log-dir", str(folder)]
+            try:
+                summary = run(command, folder, env_id, seed)
+            except RunFailed as e:
+                errors.update({t.number: str(e) for t in trials})
+                continue
+            for agent, trial in enumerate(trials):
+                try:
+                    final = final_return(summary, env_id, seed, agent)
+                    scores[trial.number].append(normalized(ranges, env_id, final))
+                except RunFailed as e:
+                    errors.setdefault(trial.number, f"agent {agent}: {e}")
+    for trial in trials:
+        if failed := trial.number in errors:
+            trial.set_user_attr("error", errors[trial.number])  # failed, not interrupted: a resumed study keeps it
+        score = None if failed else sum(scores[trial.number]) / len(scores[trial.number])
+        try:
+            study.tell(trial, score, state=TrialState.FAIL if failed else TrialState.COMPLETE)
+        except RuntimeError as e:  # a grid sampler stops the study when its grid is done, which only inside
+            if "Study.stop" not in str(e):  # optimize() it may: the trial was stored before it raised
+                raise
 
 
 # %% the study
@@ -327,10 +384,13 @@ def main():
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)  # after --: the script's own arguments
     args, fixed = tyro.cli(Args, args=argv[:cut], description=__doc__), argv[cut + 1:]
-    if args.trials < 1:
-        fail(f"--trials must be at least 1, got {args.trials}")
+    if args.trials < 1 or args.population < 0:
+        fail(f"--trials must be at least 1 and --population at least 0, got {args.trials} and {args.population}")
     module = load_script(args.script)
     fields = {f.name: f for f in dataclasses.fields(module.Args)}
+    if args.population and "num_agents" not in fields:
+        fail(f"--population trains trials as the agents of one process: {args.script} is not an agent script "
+             "(ppo_linen_agents.py, ppo_nnx_agents.py, ppo_torch_agents.py)")
     if any(a.split("=")[0].lstrip("-").replace("-", "_") in OWN_ARGS for a in fixed if a.startswith("--")):
         fail(f"the script's arguments set one of {', '.join(OWN_ARGS)}: tune.py sets them (--env-ids, --seeds, --out)")
     entries = list(args.space)
@@ -341,6 +401,13 @@ def main():
             fail(f"--space-file {args.space_file}: {e.strerror}")
         entries += [s for line in lines if (s := line.split("#")[0].strip())]
     space = parse_space(entries, fields)
+    per_agent = [name for name in fields if f"{name}s" in fields]  # the values an agent script takes per agent
+    if args.population and (shared := [name for name in space if name not in per_agent]):
+        fail(f"--population: {', '.join(shared)} is one value per process, not per agent; "
+             f"the agents' own: {', '.join(per_agent)}")
+    if args.population and any(a.lstrip("-").replace("-", "_") in ("num_agents", *(f"{n}s" for n in per_agent))
+                               for a in fixed):
+        fail("--population sets --num-agents and the values per agent itself: leave them out of the script's arguments")
     if args.sampler == "grid" and any(kind != "choice" for kind, _ in space.values()):
         fail("--sampler grid needs a space of choices only (NAME=choice:A,B,...)")
     env_ids = args.env_ids or (fields["env_id"].default,)
@@ -354,6 +421,10 @@ def main():
     done = resume(study)
     print(f"tune.py: {args.script}, {done} of {args.trials} trials done, study in {out / 'study.db'}")
     try:
+        while args.population and done < args.trials:
+            size = min(args.population, args.trials - done)
+            population(study, size, args, space, fixed, ranges, out)
+            done += size
         if done < args.trials:
             study.optimize(lambda t: objective(t, args, space, fixed, ranges, iterations, out),
                            n_trials=args.trials - done, catch=(RunFailed,))

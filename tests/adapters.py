@@ -616,7 +616,8 @@ class LinenAgents(Agents, Linen):
         return self.jax.jit(self.jax.vmap(partial(self.m.update, args=self.args)))
 
     def update(self, batches, iteration):
-        self.state, _ = self.update_fn(self.state, self.stacked_batch(batches), self.keys())
+        hyper = self.m.agent_hyper(self.args)
+        self.state, _ = self.update_fn(self.state, self.stacked_batch(batches), self.keys(), hyper)
         self.jax.effects_barrier()
         return [self.canonical(self.agent(self.state.params, a)) for a in range(self.args.num_agents)]
 
@@ -631,7 +632,8 @@ class NNXAgents(Agents, NNX):
         return self.nnx.jit(self.nnx.vmap(partial(self.m.update, args=self.args)))
 
     def update(self, batches, iteration):
-        self.update_fn(self.model, self.optimizer, self.stacked_batch(batches), self.keys())
+        hyper = self.m.agent_hyper(self.args)
+        self.update_fn(self.model, self.optimizer, self.stacked_batch(batches), self.keys(), hyper)
         self.jax.effects_barrier()
         state = self.nnx.state(self.model)
         return [self.canonical(self.agent(state, a)) for a in range(self.args.num_agents)]

@@ -1,7 +1,9 @@
-"""tune.py: a small study finds the better of two learning rates planted far apart; a failing trial is
-recorded and the study goes on; a pruned trial stops its run; a killed study resumes without redoing what
-finished; bad input is refused in one line with nothing written."""
+"""tune.py: a small study finds the better of two learning rates planted far apart, one trial a process
+or a population of trials as one process's agents; a failing trial is recorded and the study goes on; a
+pruned trial stops its run; a killed study resumes without redoing what finished; bad input is refused in
+one line with nothing written."""
 
+import json
 import os
 import signal
 import subprocess
@@ -21,8 +23,8 @@ FIXED = ["--num-envs", "4", "--num-steps", "128", "--num-iterations", "8", "--up
 SHORT = ["--", *FIXED]  # after --: the script's own arguments
 
 
-def study(*args, out, timeout=600):
-    return subprocess.run([sys.executable, str(ROOT / "tune.py"), "ppo_torch.py", "--out", str(out), *args],
+def study(*args, out, timeout=600, script="ppo_torch.py"):
+    return subprocess.run([sys.executable, str(ROOT / "tune.py"), script, "--out", str(out), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -40,6 +42,21 @@ def test_a_study_finds_the_planted_learning_rate(tmp_path):
     assert best.params == {"learning_rate": 2.5e-3}, [(t.params, t.value) for t in done]
     assert all(len(t.intermediate_values) >= 4 for t in done)  # each iteration's return reached the pruner
     assert "--learning-rate 0.0025" in (tmp_path / "best.sh").read_text()
+
+
+def test_a_population_is_one_process_each_agent_a_trial(tmp_path):
+    """Optuna's two trials asked at once, trained as the two agents of one process: each trial told its own
+    agent's final return, so the planted learning rate wins as it does trial by trial."""
+    proc = study("--population", "2", "--trials", "2", "--space", "learning_rate=choice:1e-7,2.5e-3",
+                 "--sampler", "grid", *SHORT, out=tmp_path, script="ppo_linen_agents.py")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    done = trials(tmp_path)
+    assert [t.state for t in done] == [TrialState.COMPLETE] * 2
+    [run_dir] = [p.parent for p in tmp_path.glob("trials/*/*/summary.json")]  # one process for both
+    rates = json.loads((run_dir / "run.json").read_text())["args"]["learning_rates"]
+    finals = json.loads((run_dir / "summary.json").read_text())["charts/episodic_return_final_per_agent"]
+    assert [t.params["learning_rate"] for t in done] == rates and [t.value for t in done] == finals
+    assert max(done, key=lambda t: t.value).params == {"learning_rate": 2.5e-3}, [(t.params, t.value) for t in done]
 
 
 def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
@@ -100,7 +117,7 @@ def test_a_killed_study_resumes_without_redoing_finished_trials(tmp_path):
     assert len(list(tmp_path.glob("trials/0/*/summary.json"))) == 1  # the finished one did not
 
 
-@pytest.mark.parametrize("args, says", [
+@pytest.mark.parametrize("script, args, says", [("ppo_torch.py", *case) for case in [
     (["--space", "learning_rte=log:1e-4:1e-2"], "'learning_rte' is not an argument"),
     (["--space", "learning_rate=float:1e-3:1e-3"], "an empty range"),
     (["--space", "learning_rate=log:0:1e-2"], "above 0"),
@@ -109,10 +126,15 @@ def test_a_killed_study_resumes_without_redoing_finished_trials(tmp_path):
     (["--space", "learning_rate=log:1e-4:1e-2", "--env-ids", "CartPole-v1", "Acrobot-v1"], "--score-range"),
     (["--space", "learning_rate=log:1e-4:1e-2", "--sampler", "grid"], "a space of choices"),
     (["--space", "learning_rate=log:1e-4:1e-2", "--", "--seed", "3"], "tune.py sets them"),
-])
-def test_bad_input_is_refused_in_one_line(tmp_path, monkeypatch, capsys, args, says):
+    (["--population", "2", "--space", "learning_rate=log:1e-4:1e-2"], "not an agent script"),
+]] + [("ppo_torch_agents.py", ["--population", "2", *case], says) for case, says in [
+    (["--space", "num_envs=int:2:8"], "num_envs is one value per process"),
+    (["--space", "learning_rate=log:1e-4:1e-2", "--", "--num-agents", "4"], "sets --num-agents"),
+    (["--space", "learning_rate=log:1e-4:1e-2", "--", "--clip-coefs", "0.1", "0.2"], "values per agent"),
+]])
+def test_bad_input_is_refused_in_one_line(tmp_path, monkeypatch, capsys, script, args, says):
     monkeypatch.chdir(ROOT)  # in this process: each case would otherwise start torch and JAX again
-    monkeypatch.setattr(sys, "argv", ["tune.py", "ppo_torch.py", "--out", str(tmp_path / "study"), *args])
+    monkeypatch.setattr(sys, "argv", ["tune.py", script, "--out", str(tmp_path / "study"), *args])
     with pytest.raises(SystemExit) as refused:
         tune.main()
     err = capsys.readouterr().err
