@@ -1,8 +1,10 @@
-"""The learning runs, the slowest tests, are in two files so that the two workers of the README's
-`-n 2 --dist loadfile` share them, and they start first: the sort below puts them first in the
-collection, and xdist's loadfile scheduler keeps the collection's order of files instead of ordering
-them by their number of tests (its loadscopereorder, on by default, turned off here), so the two
-workers begin with one each and share out the rest while nothing long is left for the end.
+"""The files run slowest first: under the README's `-n 2 --dist loadfile` a worker takes the next
+file when it is nearly done with one, so the long files are shared out first and the short ones even
+out the end (longest processing time first). SLOWEST is their order, by their worker-seconds in a
+JUnit run of the whole suite; files not in it run after them. xdist's loadfile scheduler keeps the
+collection's order of files instead of ordering them by their number of tests (its loadscopereorder,
+on by default, turned off here). The learning runs, the slowest tests, are in two files so that the
+two workers share them.
 
 One persistent JAX compilation cache for the session, shared by both workers and every script
 the tests start: the tests run the same tiny programs many times, in fresh processes and fresh
@@ -19,7 +21,10 @@ import os
 import shutil
 import tempfile
 
-FIRST = ("test_learning.py", "test_learning_more.py")
+SLOWEST = ("test_contract.py", "test_sac.py", "test_saving.py", "test_compilation.py", "test_evaluation.py",
+           "test_equivalence.py", "test_agents.py", "test_dqn.py", "test_td3.py", "test_learning.py",
+           "test_vectorization.py", "test_guards.py", "test_bench.py", "test_rollout.py", "test_results.py",
+           "test_analyze.py", "test_tune.py", "test_learning_more.py")
 CACHE = "JAX_COMPILATION_CACHE_DIR"
 
 
@@ -46,4 +51,5 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in FIRST)  # a stable sort: the rest keep their order
+    order = {name: i for i, name in enumerate(SLOWEST)}  # a stable sort: a file's tests keep their order
+    items.sort(key=lambda item: order.get(item.path.name, len(SLOWEST)))

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the analysis package, as analyze.py imports it
@@ -95,12 +96,25 @@ def run_ok(script: str, *args: str, log_dir) -> Path:
     return made.pop()
 
 
-def ran_in_process(script: str, *args: str, log_dir, monkeypatch) -> Path:
+JAX_SET_BY_SCRIPTS = ("jax_default_matmul_precision", "jax_cpu_enable_async_dispatch")  # jax.config, by main()
+
+
+def ran_in_process(script: str, *args: str, log_dir, monkeypatch=None) -> Path:
     """run_ok's run through the script's own main() in this process, a fresh copy of the module (a process's start,
     seconds a run, saved where a test needs the run, not the command line): the one run directory it made."""
+    import jax
+
+    if monkeypatch is None:  # a fixture wider than a test's: a monkeypatch of this call's own
+        with pytest.MonkeyPatch.context() as own:
+            return ran_in_process(script, *args, log_dir=log_dir, monkeypatch=own)
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr("sys.argv", [script, *args, "--log-dir", str(log_dir)])
-    load(script, fresh=True).main()
+    kept = {name: jax.config.values[name] for name in JAX_SET_BY_SCRIPTS}
+    try:
+        load(script, fresh=True).main()
+    finally:  # what main() sets for its process, set back for the tests after it
+        for name, value in kept.items():
+            jax.config.update(name, value)
     (made,) = Path(log_dir).iterdir()
     return made
 

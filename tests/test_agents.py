@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import reference as ref
 from adapters import adapter_for
-from helpers import AGENT_SCRIPTS, TINY, load, read_json, run, run_ok, scalars
+from helpers import AGENT_SCRIPTS, TINY, load, ran_in_process, read_json, run, scalars
 from test_equivalence import ATOL_WEIGHTS, EPOCHS, STEPS, UPDATES, minibatches_of, random_batch, update_args
 from test_saving import update_args as saving_args
 
@@ -61,8 +61,8 @@ def single_runs(tmp_path_factory):
     def get(script, seed, env=()):
         if (script, seed, env) not in made:
             log_dir = tmp_path_factory.mktemp(f"{script[4:-3]}-s{seed}")
-            run_dir = run_ok(script, *TINY, "--seed", str(seed), *hyper_flags(seed - SEED), *env, *EVAL,
-                             log_dir=log_dir)
+            run_dir = ran_in_process(script, *TINY, "--seed", str(seed), *hyper_flags(seed - SEED), *env, *EVAL,
+                                     log_dir=log_dir)
             made[script, seed, env] = scalars(run_dir), read_json(run_dir / "summary.json")
         return made[script, seed, env]
 
@@ -76,9 +76,9 @@ def agent_runs(tmp_path_factory):
 
     def get(script, toggles):
         if (script, toggles) not in made:
-            made[script, toggles] = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS),
-                                           *hyper_flags(), *toggles, *EVAL, "--save-model",
-                                           log_dir=tmp_path_factory.mktemp("agents"))
+            made[script, toggles] = ran_in_process(script, *TINY, "--seed", str(SEED), "--num-agents",
+                                                   str(RUN_AGENTS), *hyper_flags(), *toggles, *EVAL, "--save-model",
+                                                   log_dir=tmp_path_factory.mktemp("agents"))
         return made[script, toggles]
 
     return get
@@ -165,8 +165,8 @@ def test_save_then_load_and_evaluate_every_agent(script, agent_runs, tmp_path):
     summary = read_json(trained / "summary.json")
     returns = summary["eval/episodic_returns"]
     assert np.shape(returns) == (RUN_AGENTS, 3) and summary["eval/episodic_return"] == pytest.approx(np.mean(returns))
-    loaded = run_ok(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS), "--num-iterations", "0",
-                    *hyper_flags(), "--load-model", str(trained), *EVAL, log_dir=tmp_path / "eval")
+    loaded = ran_in_process(script, *TINY, "--seed", str(SEED), "--num-agents", str(RUN_AGENTS), "--num-iterations",
+                            "0", *hyper_flags(), "--load-model", str(trained), *EVAL, log_dir=tmp_path / "eval")
     # the same greedy policies on the same fresh envs: the same returns, only if every agent's weights came back
     assert read_json(loaded / "summary.json")["eval/episodic_returns"] == returns
     logged = scalars(loaded)
@@ -217,8 +217,8 @@ def test_every_agent_evaluates_a_gaussian_beyond_the_bounds_as_the_single_agent_
         saved = folder / adapter_for(name)(name, weights, args).save(folder)
         for seed in seeds:
             more = ("--num-agents", str(RUN_AGENTS)) if name == script else ()
-            run_dir = run_ok(name, *TINY, *flags, *more, "--seed", str(seed), "--load-model", str(saved),
-                             log_dir=tmp_path / f"{name}-s{seed}")
+            run_dir = ran_in_process(name, *TINY, *flags, *more, "--seed", str(seed), "--load-model", str(saved),
+                                     log_dir=tmp_path / f"{name}-s{seed}")
             returns.append(read_json(run_dir / "summary.json")["eval/episodic_returns"])
     agents, singles = returns[0], returns[1:]
     for a in range(RUN_AGENTS):

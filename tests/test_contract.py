@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from analysis import profiles
 from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, REGIONS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY,
-                     TINY_ARGS, check_profiled, frameworks, load, read_json, run, run_ok, scalars, summary_keys,
-                     wall_times)
+                     TINY_ARGS, check_profiled, frameworks, load, ran_in_process, read_json, run, run_ok, scalars,
+                     summary_keys, wall_times)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
 SHARED_ARGS = {
@@ -27,7 +27,7 @@ ACTION_SPACE_DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, en
 # the only fields a variant may add: compile toggles, the torch scripts' env in torch, the CPU-env scripts'
 # vectorization, the agent scripts' count
 COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "compile_scope", "compile", "torch_env", "vectorization",
-                   "num_agents"}
+                   "num_agents", "learning_rates", "ent_coefs", "clip_coefs"}  # the agent scripts': values per agent
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
             "training loop with logging", "main"]
 DETERMINISTIC_TAGS = TAGS - {"charts/SPS", "time/iteration", "memory/peak_rss_mb"}
@@ -244,23 +244,25 @@ def test_save_then_load_and_evaluate_from_the_command_line(script, tiny_runs, tm
 
 
 @pytest.mark.parametrize("script", ONE_AGENT_SCRIPTS)
-def test_cnn_runs_on_images(script, tmp_path):
-    """--model cnn as a user runs it, on MinAtar's images: it trains, writes the contract's tags, saves
-    the CNN and evaluates it (the numbers: test_equivalence.py)."""
+def test_cnn_runs_on_images(script, tmp_path, monkeypatch):
+    """--model cnn as a user runs it (its command line, through main() in this process), on MinAtar's images:
+    it trains, writes the contract's tags, saves the CNN and evaluates it (the numbers: test_equivalence.py)."""
     args = ("--env-id", "Breakout-MinAtar", "--model", "cnn", *TINY)
-    trained = run_ok(script, *args, "--save-model", "--eval-episodes", "2", log_dir=tmp_path / "train")
+    trained = ran_in_process(script, *args, "--save-model", "--eval-episodes", "2", log_dir=tmp_path / "train",
+                             monkeypatch=monkeypatch)
     assert read_json(trained / "run.json")["args"]["model"] == "cnn" and TAGS <= set(scalars(trained))
     summary = read_json(trained / "summary.json")
     assert (trained / summary["saved_model"]).exists() and len(summary["eval/episodic_returns"]) == 2
 
 
 @pytest.mark.parametrize("script", GYMNASIUM_SCRIPTS)
-def test_cnn_runs_on_atari(script, tmp_path):
-    """--model cnn on Atari frames through EnvPool, as the README runs it (at a tiny batch): the Nature CNN
-    trains, saves and plays whole games greedily."""
+def test_cnn_runs_on_atari(script, tmp_path, monkeypatch):
+    """--model cnn on Atari frames through EnvPool, as the README runs it (at a tiny batch, through main() in
+    this process): the Nature CNN trains, saves and plays whole games greedily."""
     args = ("--env-id", "Breakout-v5", "--vectorization", "envpool", "--model", "cnn", "--num-envs", "2",
             "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "1", "--num-iterations", "2")  # games end
-    trained = run_ok(script, *args, "--save-model", "--eval-episodes", "1", log_dir=tmp_path)
+    trained = ran_in_process(script, *args, "--save-model", "--eval-episodes", "1", log_dir=tmp_path / "train",
+                             monkeypatch=monkeypatch)
     info, summary = read_json(trained / "run.json"), read_json(trained / "summary.json")
     assert info["env"] == {"id": "Breakout-v5", "vectorization": "envpool", "autoreset": "NextStep"}
     assert TAGS <= set(scalars(trained)) and (trained / summary["saved_model"]).exists()

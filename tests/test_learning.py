@@ -13,10 +13,11 @@ from helpers import AGENT_SCRIPTS, COMPILED_TWINS, SCRIPTS, read_json, run_ok
 # number for number, and tests/test_equivalence.py that its compiled updates are the reference's: on Gymnax the
 # compiled script learns here, on Gymnasium the eager one, through EnvPool's next-step autoreset (its masked reset
 # steps are those of Gymnasium's next-step vector env, which tests/test_vectorization.py proves weigh nothing).
+# The compiled script learns with its env in torch, which tests/test_torch_envs.py proves steps as Gymnax's envs
+# step; its rollout through Gymnax is tests/test_rollout.py's.
 PAIRED = {script for pair in COMPILED_TWINS.items() for script in pair}
 CASES = [(s, ()) for s in SCRIPTS if s not in AGENT_SCRIPTS and s not in PAIRED] + [
-    ("ppo_torch_compile.py", ()), ("ppo_torch_compile.py", ("--torch-env",)),  # and the env in torch, compiled
-    ("ppo_torch_gymnasium.py", ("--vectorization", "envpool"))]
+    ("ppo_torch_compile.py", ("--torch-env",)), ("ppo_torch_gymnasium.py", ("--vectorization", "envpool"))]
 
 
 HALF = CASES[0::2]  # the other half is tests/test_learning_more.py's: a file each, so the two workers share them
