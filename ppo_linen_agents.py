@@ -569,8 +569,8 @@ def ppo_loss(params, apply_fn, mb: Batch, hyper: Hyper, args: Args):
 def minibatch_step(train_state: TrainState, mb: Batch, hyper: Hyper, args: Args):
     """One optimizer step: loss, gradients, global-norm clip, Adam."""
     grads, stats = jax.grad(ppo_loss, has_aux=True)(train_state.params, train_state.apply_fn, mb, hyper, args)
-    # Adam with this agent's rate: the optimizer is a function, so the step makes it from the rate vmap
-    # passes; its state has every agent's structure, and the train state leaves with the optimizer it came with
+    # Adam with this agent's rate: an optax optimizer is a pair of functions, so the step makes one from the rate
+    # vmap hands it (the state it steps has the same structure at any rate), then gives back the one made first
     stepped = train_state.replace(tx=make_tx(hyper.learning_rate, args)).apply_gradients(grads=grads)
     return stepped.replace(tx=train_state.tx), stats
 

@@ -566,8 +566,8 @@ def ppo_loss(model: ActorCritic, mb: Batch, hyper: Hyper, args: Args):
 def minibatch_step(model: ActorCritic, optimizer: nnx.Optimizer, mb: Batch, hyper: Hyper, args: Args):
     """One optimizer step, in place: loss, gradients, global-norm clip, Adam."""
     grads, stats = nnx.grad(ppo_loss, has_aux=True)(model, mb, hyper, args)
-    # Adam with this agent's rate: the optimizer is a function, so the step makes it from the rate vmap
-    # passes; its state has every agent's structure, and the optimizer keeps the function it came with
+    # Adam with this agent's rate: an optax optimizer is a pair of functions, so the step makes one from the rate
+    # vmap hands it (the state it steps has the same structure at any rate), then gives back the one made first
     tx, optimizer.tx = optimizer.tx, make_tx(hyper.learning_rate, args)
     optimizer.update(model, grads)
     optimizer.tx = tx

@@ -652,9 +652,8 @@ def make_agents(obs_dim, num_actions, continuous: bool, args: Args, device):
     # fused: one kernel for all parameters instead of a loop over them; elementwise, so one Adam per agent.
     # Agents with rates of their own (--learning-rates): a param group each, of its rows of every stacked
     # tensor (views, which Adam steps in place); "rate" is where a group's schedule starts
-    rates = agent_hyper(args).learning_rate.tolist()
     groups = ([{"params": [p[agent] for p in leaves(params)], "rate": rate, "agent": agent}
-               for agent, rate in enumerate(rates)] if args.learning_rates else
+               for agent, rate in enumerate(args.learning_rates)] if args.learning_rates else
               [{"params": leaves(params), "rate": args.learning_rate}])
     optimizer = torch.optim.Adam(groups, lr=args.learning_rate, betas=args.adam_betas, eps=args.adam_eps, fused=True)
     return agents[0].to("meta"), params, optimizer, generators  # the model: structure only, no weights
