@@ -908,14 +908,14 @@ def minibatch_step(model: ActorCritic, params: dict, optimizer, mb: Batch, hyper
     return stats
 
 
-def update(model: ActorCritic, params: dict, optimizer, generators: list, batch: Batch, iteration: int, args: Args):
+def update(model: ActorCritic, params: dict, optimizer, generators: list, batch: Batch, iteration: int, hyper: Hyper,
+           args: Args):
     """update_epochs epochs of num_minibatches shuffled minibatches, each agent shuffling its own batch."""
     batch_size = args.num_envs * args.num_steps
     agents = torch.arange(args.num_agents, device=batch.obs.device)[:, None]
     minibatch_size = batch_size // args.num_minibatches
     total_steps = args.num_iterations * args.update_epochs * args.num_minibatches
     step = iteration * args.update_epochs * args.num_minibatches  # known on the host: no sync for the LR
-    hyper = agent_hyper(args, batch.obs.device)
     stats = []
     for _ in range(args.update_epochs):
         perm = torch.stack([torch.randperm(batch_size, device=batch.obs.device, generator=g) for g in generators])
@@ -1160,6 +1160,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
     # the calling thread than to hand it to a worker thread (async dispatch)
     jax.config.update("jax_cpu_enable_async_dispatch", False)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    hyper = agent_hyper(args, device)  # made once: on a GPU a copy from the host each update would wait
     if args.compile:
         compile_hot_paths()
 
@@ -1175,7 +1176,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
                 sync()
                 t1 = time.perf_counter()
             with region("update", args.profile):
-                update_stats = update(model, params, optimizer, generators, batch, iteration, args)
+                update_stats = update(model, params, optimizer, generators, batch, iteration, hyper, args)
             if args.sync_timing:
                 sync()
                 t2 = time.perf_counter()

@@ -657,7 +657,8 @@ class TorchAgents(Torch):
 
     def update(self, batches, iteration):
         stacked = self.m.Batch(*(self.torch.stack(xs) for xs in zip(*[self.batch(b) for b in batches])))
-        self.m.update(self.model, self.params, self.optimizer, self.generators, stacked, iteration, self.args)
+        hyper = self.m.agent_hyper(self.args)
+        self.m.update(self.model, self.params, self.optimizer, self.generators, stacked, iteration, hyper, self.args)
         tensor_of = lambda a: lambda name: self.params[name.split(".", 1)[0]][name.split(".", 1)[1]][a].clone()
         return [self.canonical(tensor_of(a)) for a in range(self.args.num_agents)]
 

@@ -10,11 +10,11 @@ from helpers import AGENT_SCRIPTS, COMPILED_TWINS, SCRIPTS, read_json, run_ok
 # Not here, for the suite's time: the agent scripts, since tests/test_agents.py proves each agent, eager or
 # compiled, computes what the single-agent script computes with its seed; and one script of each eager/compiled
 # torch pair, since tests/test_compilation.py proves the compiled one with --compile-mode none is the eager one,
-# number for number, and tests/test_equivalence.py that its compiled updates are the reference's: on Gymnax the
-# compiled script learns here, on Gymnasium the eager one, through EnvPool's next-step autoreset (its masked reset
-# steps are those of Gymnasium's next-step vector env, which tests/test_vectorization.py proves weigh nothing).
-# The compiled script learns with its env in torch, which tests/test_torch_envs.py proves steps as Gymnax's envs
-# step; its rollout through Gymnax is tests/test_rollout.py's.
+# number for number, and tests/test_equivalence.py that its compiled updates are the reference's: of the JAX-env
+# pair the compiled script learns here, with its env in torch (which tests/test_torch_envs.py proves steps as
+# Gymnax's envs step; its rollout through Gymnax is tests/test_rollout.py's); on Gymnasium the eager one, through
+# EnvPool's next-step autoreset (its masked reset steps are those of Gymnasium's next-step vector env, which
+# tests/test_vectorization.py proves weigh nothing).
 PAIRED = {script for pair in COMPILED_TWINS.items() for script in pair}
 CASES = [(s, ()) for s in SCRIPTS if s not in AGENT_SCRIPTS and s not in PAIRED] + [
     ("ppo_torch_compile.py", ("--torch-env",)), ("ppo_torch_gymnasium.py", ("--vectorization", "envpool"))]
