@@ -44,6 +44,7 @@ from analysis.runs import EXPERIMENTS, find_runs, pack
 from analysis.target import target_section, write_targets
 from analysis.torchenv import cpucompile_section, torchenv_section
 from analysis.tuning import gemm_section, tuning_section
+from analysis.tunesweep import tunesweep_section
 
 
 @dataclass
@@ -77,7 +78,7 @@ def report(args: Report) -> int:
     # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's; the
     # pixel study's envs are MinAtar's, measured with the others, and Atari, which is not Gymnax's)
     times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(
-        ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn", "offpolicy"))}))
+        ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn", "offpolicy", "tunesweep"))}))
     cx = complexity(times)
     o = Output(out)
     extra = ([f"{len(cleanrl)} of CleanRL's own scripts"] if cleanrl else []) + (
@@ -88,7 +89,7 @@ def report(args: Report) -> int:
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
      continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning,
-     offpolicy, offpolicy_learning, gpuscale) = by_experiment.values()
+     offpolicy, offpolicy_learning, gpuscale, tunesweep) = by_experiment.values()
     # (headline: below)
     decision_section(by_experiment, o)
     write_targets(by_experiment, out)  # what a run's end line compares its return with
@@ -146,6 +147,8 @@ def report(args: Report) -> int:
     if tuning:
         tuning_section(tuning, o)
         gemm_section(tuning, o)
+    if tunesweep:
+        tunesweep_section(tunesweep, o)
     if small_exp1 := [r for r in exp1 if r.model == "small"]:
         target_section(small_exp1, o)
     if exp1:
@@ -154,7 +157,7 @@ def report(args: Report) -> int:
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
                   "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile", "dqn", "dqn-learning",
-                  "offpolicy", "offpolicy-learning", "gpuscale")
+                  "offpolicy", "offpolicy-learning", "gpuscale", "tunesweep")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     o.claims_table()

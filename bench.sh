@@ -13,9 +13,9 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|profile|gpu|gpuscale
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|tunesweep|profile|gpu|gpuscale
                one part of the schedule alone (tuning, the continuous, pixel, off-policy and GPU ones are not
-               part of sweep, nor is profile)
+               part of sweep, nor are tunesweep and profile)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
     exp1     every env x the frameworks as meant to run x 3 model sizes, timed asynchronously
     exp2     every env x every compile mode, small model, --sync-timing
@@ -86,6 +86,14 @@ Presets (default: sweep)
              {torch, linen}_gymnasium), small, at CleanRL's defaults for 200,000 env steps (TD3's
              first 25,000 and SAC's first 5,000 fill the buffer): the learning curves and the time per
              1,000 env steps; --repeats 3
+    tunesweep a hyperparameter sweep as tune.py runs it (docs/tuning.md): CartPole-v1 and Pendulum-v1,
+             small, 20 iterations (or --iterations) a trial, learning rate, entropy and clipping coefficients
+             sampled at random (the sampler seeded by the repeat: every way runs the same configurations);
+             N configurations (N from --agent-counts, default 16,64, in subfolder n<N>) as one process of
+             N agents (tune.py --population N: linen_agents, nnx_agents, torch_agents,
+             torch_agents_compile) and, for the largest N only, one process per trial (linen, nnx, torch:
+             a smaller sweep is its first trials); a unit is one tune.py call into a folder named after the
+             session, done once tune.py wrote its summary.json there
     profile  where the time goes (docs/profiling.md): the headline workloads with --profile, 6 iterations
              (3 and 4 traced): CartPole-v1 small x Linen, NNX, Equinox, PyTorch eager and compiled, each
              through Gymnax and with its env in torch (-torchenv); CartPole-v1 medium and Pendulum-v1
@@ -121,7 +129,7 @@ Options
   --experiments LIST comma list of experiments (a subset of the preset's)
   --env-counts LIST  envscale's --num-envs values, multiples of 8 (default: 8,16,...,2048); torchenv's
                      env-alone counts (default: 32,256,1024,4096); gpuscale's --num-envs (default: 32,512,4096)
-  --agent-counts LIST agents' --num-agents values (default: 1,4,16,64)
+  --agent-counts LIST agents' --num-agents values (default: 1,4,16,64); tunesweep's sweep sizes (default: 16,64)
   --order-seed N     the seed of the run order: each repeat runs its warm-up, then the rest of
                      its plan in a shuffled order, so that a drift of the machine's speed is not
                      confounded with the variant; same seed, same order, on any machine (default 0)
@@ -207,6 +215,11 @@ ENV_COUNTS=(8 16 32 64 128 256 512 1024 2048)                             # envs
 AGENT_VARIANTS=(linen_agents nnx_agents torch_agents torch_agents_compile)  # agents: N in one process
 ONE_AGENT=(linen nnx torch torch_compile)                                   # agents: one per process
 AGENT_COUNTS=(1 4 16 64)
+SWEEP_ONE_BY_ONE=(linen nnx torch)  # tunesweep: a process per trial; and AGENT_VARIANTS, a process per sweep
+SWEEP_SIZES=(16 64)
+SWEEP_ENVS=(CartPole-v1 Pendulum-v1)
+SWEEP_SPACE=(learning_rate=log:1e-4:3e-3 ent_coef=float:0:0.02 clip_coef=float:0.1:0.3)  # each agent's own values
+SWEEP_ITERATIONS=20
 TORCH_ENV_ENVS=(CartPole-v1 Acrobot-v1 MountainCar-v0 Pendulum-v1 MountainCarContinuous-v0)  # --torch-env's
 OWN_ENV_ENVS=(CartPole-v1 Acrobot-v1 Pendulum-v1)                                          # torchenv
 OWN_ENV_VARIANTS=(linen nnx torch torch_compile torch-torchenv torch_compile-torchenv)
@@ -363,9 +376,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|profile|gpu|gpuscale) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|tunesweep|profile|gpu|gpuscale) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, profile, gpu, gpuscale or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, tunesweep, profile, gpu, gpuscale or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -406,16 +419,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == profile) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == profile ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == profile) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -442,6 +455,7 @@ exp1_envs=("${BENCHBACK_RL_ENVS[@]}") exp1_models=("${MODELS[@]}") exp2_envs=("$
 cpuenv_envs=() scale_envs=(CartPole-v1 Breakout-MinAtar) counts=("${ENV_COUNTS[@]}")
 for e in "${BENCHBACK_RL_ENVS[@]}"; do contains "$e" "${TWIN_ENVS[@]}" && cpuenv_envs+=("$e"); done
 cpuenv_models=(small medium) agent_envs=(CartPole-v1 Breakout-MinAtar) agent_counts=("${AGENT_COUNTS[@]}")
+sweep_sizes=("${SWEEP_SIZES[@]}")
 own_counts=("${OWN_ENV_COUNTS[@]}") gpu_counts=("${GPU_COUNTS[@]}")
 tuning_envs=(CartPole-v1); ((${#env_filter[@]})) && tuning_envs=("${env_filter[@]}")
 if [[ $preset == quick ]]; then  # minutes on a CPU: two envs, small models, no mode that equals another there
@@ -456,11 +470,12 @@ if [[ -n $counts_opt ]]; then
   done
 fi
 if [[ -n $agent_counts_opt ]]; then
-  agent_counts=($(split "$agent_counts_opt"))
+  agent_counts=($(split "$agent_counts_opt")) sweep_sizes=($(split "$agent_counts_opt"))
   for n in "${agent_counts[@]}"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] || die "--agent-counts must be positive integers, got '$n'"
   done
 fi
+largest_sweep=$(printf '%s\n' "${sweep_sizes[@]}" | sort -n | tail -n 1)
 # Repeat by repeat: the warm-up first, then every other run of the repeat in a shuffled order,
 # so that a drift of the machine's speed spreads over all variants instead of favouring one.
 for r in $(seq 1 "$repeats"); do
@@ -541,6 +556,11 @@ for r in $(seq 1 "$repeats"); do
       dqn-learning)
         add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" -- small
         add dqn-learning "$r" async breakout "$DQN_PIXELS_ARGS" Breakout-MinAtar -- "${DQN_PIXELS[@]}" -- cnn ;;
+      tunesweep)  # command_of makes each a tune.py call
+        for n in "${sweep_sizes[@]}"; do
+          add tunesweep "$r" async "n$n" - "${SWEEP_ENVS[@]}" -- "${AGENT_VARIANTS[@]}" -- small
+        done  # one process per trial: the largest sweep only, as its first trials are each smaller one's
+        add tunesweep "$r" async "n$largest_sweep" - "${SWEEP_ENVS[@]}" -- "${SWEEP_ONE_BY_ONE[@]}" -- small ;;
       offpolicy) add offpolicy "$r" async - "$OFFPOLICY_ARGS" Pendulum-v1 -- "${OFFPOLICY[@]}" -- small ;;
       offpolicy-learning)
         add offpolicy-learning "$r" async - "$OFFPOLICY_LEARNING_ARGS" HalfCheetah-v5 -- "${OFFPOLICY_LEARNING[@]}" -- small ;;
@@ -594,6 +614,10 @@ if [[ -n $slurm_tasks ]]; then
   exit 0
 fi
 
+# A session: this sitting's runs on this machine, as it is now. Each run records the id; the
+# calibration records what the machine was, so that analyze.py pairs runs of one session only.
+session=${BENCHBACK_SESSION:-$(date -u +%Y%m%dT%H%M%SZ)-$(hostname -s 2>/dev/null || echo host)-$$}
+
 # the command line of planned run $1, into cmd (and its fields into exp r env variant model slot)
 command_of() {
   local sync sub args
@@ -605,9 +629,16 @@ command_of() {
   [[ $model == none ]] && model_args=()  # env_alone.py: the env alone has no model
   cmd=("$PYTHON" "${script[@]}" --env-id "$env" "${model_args[@]}" --seed "$r" --log-dir "$slot")
   [[ $exp == tuning ]] && cmd=(env $(setting_env "$sub") "${cmd[@]}")  # the setting: its environment
+  if [[ $exp == tunesweep ]]; then  # a sweep of ${sub#n} trials, the script's own flags after --
+    local population=(); [[ $variant == *_agents* ]] && population=(--population "${sub#n}")
+    cmd=("$PYTHON" tune.py "${script[0]}" --env-ids "$env" --seeds "$r" --trials "${sub#n}" "${population[@]}"
+         --sampler random --sampler-seed "$r" --pruner none --space "${SWEEP_SPACE[@]}"
+         --out "$slot/${env}__${variant}__${model}__s${r}__$session" -- "${script[@]:1}" --model "$model"
+         --num-iterations "${iterations:-$SWEEP_ITERATIONS}")
+  fi
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* && $exp != profile && $exp != gpu* ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* && $exp != tunesweep && $exp != profile && $exp != gpu* ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }
@@ -657,9 +688,6 @@ stop_run() {
   done
 }
 
-# A session: this sitting's runs on this machine, as it is now. Each run records the id; the
-# calibration records what the machine was, so that analyze.py pairs runs of one session only.
-session=${BENCHBACK_SESSION:-$(date -u +%Y%m%dT%H%M%SZ)-$(hostname -s 2>/dev/null || echo host)-$$}
 export BENCHBACK_SESSION=$session
 if ((calibrate)); then
   mkdir -p "$out/sessions"

@@ -5,7 +5,9 @@ the runs' final return (the script's charts/episodic_return_final: the episodes 
 averaged over the runs; with several envs each env's return is first normalized by --score-range. While a run
 trains, tune.py reads its event file and reports every iteration's return to the pruner, which may stop the
 trial early. The study is an SQLite file: the same command again resumes it (a trial cut off by a kill or
-Ctrl-C runs again; finished ones are kept), and `optuna-dashboard sqlite:///OUT/study.db` opens it.
+Ctrl-C runs again; finished ones are kept), and `optuna-dashboard sqlite:///OUT/study.db` opens it. When every
+trial is done, OUT/summary.json says what the study found and how long it took (bench.sh's tunesweep preset
+takes it as the sign that a sweep ended).
 
     python tune.py ppo_linen.py --space learning_rate=log:1e-4:1e-2 ent_coef=float:0:0.05 \\
         --env-ids CartPole-v1 Acrobot-v1 --score-range CartPole-v1=0:500 Acrobot-v1=-500:0 --trials 40 \\
@@ -34,6 +36,8 @@ import signal
 import subprocess
 import sys
 import time
+
+START_TIME = time.time()  # before Optuna's import: summary.json's time/total is the sweep's whole wall time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -73,7 +77,8 @@ class Args:
     sampler_seed: int = 0
     """the sampler's seed (a study resumed with the same seed samples anew from where it was)"""
     out: str | None = None
-    """the study's folder: study.db, trials/<number>/ (each run and its log), best.sh (default: runs/tune/<script>)"""
+    """the study's folder: study.db, trials/<number>/ (each run and its log), best.sh, summary.json
+    (default: runs/tune/<script>)"""
     population: int = 0
     """train this many trials at once, as the agents of one process of an agent script (0: a process per trial)"""
 
@@ -378,6 +383,12 @@ def print_trials(study, args: Args, fixed: list[str], out: Path):
         (out / "best.sh").write_text(f"# tune.py's best trial, {study.best_trial.number}: score "
                                      f"{study.best_value:.6g}\n{best}\n")
         print(f"best: trial {study.best_trial.number}, score {study.best_value:.6g}\n{best}")
+    states = [t.state.name.lower() for t in trials]
+    best = study.best_trial if "complete" in states else None
+    (out / "summary.json").write_text(json.dumps(
+        {"script": args.script, "trials": {state: states.count(state) for state in sorted(set(states))},
+         "best_trial": best and best.number, "best_score": best and best.value, "best_params": best and best.params,
+         "time/total": time.time() - START_TIME}, indent=2))
 
 
 def main():

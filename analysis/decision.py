@@ -16,6 +16,7 @@ from . import dqn
 from .expensive import ITERATION
 from .gpu import GPU_COUNTS, SCALE_TORCH, num_envs, on_gpu, precision
 from .output import NAMES
+from .tunesweep import largest, per_trial, sweeps
 from .target import LEARNING, SHARE, pair_targets, study_targets, time_to
 from .stats import MIN_REPEATS, STEADY_FROM, below, geomean, pair_ratios, ratio_cell, ratio_row, repeat_of, startup
 
@@ -133,6 +134,10 @@ REGIMES = [
     *(Regime(f"{alg}, each framework's own env", f"the same {alg}, JAX stepping Gymnax, PyTorch the same Pendulum-v1 "
              "written in torch", "offpolicy", ("Pendulum-v1",), variants=tuple(f"{alg.lower()}_{v}" for v in OFFPOLICY_OWN),
              value=dqn.steady) for alg in ("TD3", "SAC")),
+    Regime("tuning sweep", "a random search of N configurations of PPO (learning rate, entropy and clipping "
+           "coefficients), each a short run of the small model, on CartPole-v1 and Pendulum-v1, the largest N "
+           "measured: one process per trial (named by the framework) or one process of N agents (named by its vmap); "
+           "wall time per trial", "tunesweep", ("CartPole-v1", "Pendulum-v1"), value=per_trial),
     Regime("on a GPU, JAX env, small model", "as the first regime, on an NVIDIA GPU", "gpu", JAX_ENVS,
            also=lambda r: precision(r) == "float32"),
     *(Regime(f"on a GPU, each framework's own env, {n:,} envs", f"CartPole-v1, small model, {n:,} envs on an NVIDIA "
@@ -224,11 +229,14 @@ def own_targets(runs) -> dict:
     return {pair: {"target": round(target, 2)} for pair, (target, _) in pair_targets(runs).items()}
 
 
+SELECT = {"agents": most_agents, "tunesweep": lambda runs: largest(sweeps(runs)[0])}  # what a regime compares
+
+
 def decision_rows(by_experiment: dict, targets: dict | None = None) -> list[dict]:
     rows, targets = [], study_targets(by_experiment) if targets is None else targets
     for regime in REGIMES:
-        kept = ((e, [r for r in (most_agents(by_experiment.get(e, [])) if e == "agents" else by_experiment.get(e, []))
-                     if regime.keep(r)]) for e in regime.experiment.split(", "))
+        kept = ((e, [r for r in SELECT.get(e, list)(by_experiment.get(e, [])) if regime.keep(r)])
+                for e in regime.experiment.split(", "))
         experiment, runs = next(((e, runs) for e, runs in kept if runs), (None, []))
         if experiment == "cpuenv":
             runs = defaults_only(runs)

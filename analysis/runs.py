@@ -24,7 +24,8 @@ EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensiv
                "dqn", "dqn-learning",  # DQN (issue 52): time per env step, and learning at CleanRL's defaults
                "offpolicy",  # TD3 and SAC (issue 53): time per env step and learning, in the same runs
                "offpolicy-learning",  # and their CPU-env twins learning MuJoCo's HalfCheetah, beside CleanRL's
-               "gpuscale")  # the GPU's own regime (issue 55): CartPole-v1 at 32-4,096 envs, and its CPU side
+               "gpuscale",  # the GPU's own regime (issue 55): CartPole-v1 at 32-4,096 envs, and its CPU side
+               "tunesweep")  # a tuning sweep (issue 54): tune.py's trials one by one, or as one process's agents
 CLEANRL_RUNS = "cleanrl-runs"  # a folder of runs by CleanRL's own scripts beside ours: its event files, as it wrote them
 LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
 

@@ -861,6 +861,51 @@ def test_tuning_experiment_by_hand(tmp_path):
     assert "| s1 | medium | 976 | 0.00 | 1.00 | 0% |" in report
 
 
+def fake_sweep(root, variant, seed, size, seconds, finals, session="s"):
+    """A tune.py sweep as bench.sh's tunesweep lays it out: an agent script's one run of `seconds` whose agents end
+    with `finals`, or a single-agent script's trials of `seconds` each, back to back, ending with `finals`."""
+    sweep = root / "tunesweep" / f"r{seed}" / f"n{size}" / f"CartPole-v1__{variant}__small__s{seed}__{session}"
+    population = variant.endswith("_agents")
+    trials = {f"0-{size - 1}": max(finals)} if population else dict(enumerate(finals))
+    for k, (trial, final) in enumerate(trials.items()):
+        run_dir = fake_run(sweep / "trials" / str(trial), variant, "CartPole-v1", "small", seed, seconds, ITERATIONS,
+                           final_return=final, session=session, **({"num_agents": size} if population else {}),
+                           summary={"charts/episodic_return_final_per_agent": finals} if population else None)
+        info = json.loads((run_dir / "run.json").read_text())
+        (run_dir / "run.json").write_text(json.dumps({**info, "start_time": 100.0 + k * seconds}))
+
+
+def test_tunesweep_by_hand(tmp_path):
+    """The sweep study on sweeps whose times and returns are known: wall time per trial each way, the population
+    against the same framework's trials one by one (a smaller sweep the one-by-one sweep's first trials), the best
+    return each found in the population's time, and the decision table's row (each framework's fastest way)."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    for seed in (1, 2, 3):  # one by one: Linen 10 s a trial, PyTorch 20; populations: Linen 5 s a trial at N = 4
+        fake_sweep(runs_dir, "linen", seed, 4, 10.0, [100.0, 300.0, 200.0, 400.0])
+        fake_sweep(runs_dir, "torch", seed, 4, 20.0, [100.0, 300.0, 200.0, 400.0])
+        fake_sweep(runs_dir, "linen_agents", seed, 4, 20.0, [150.0, 250.0, 350.0, 50.0])
+        fake_sweep(runs_dir, "linen_agents", seed, 2, 12.0, [150.0, 250.0])
+        fake_sweep(runs_dir, "torch_agents", seed, 4, 90.0 if seed == 3 else 60.0, [150.0, 250.0, 350.0, 50.0])
+    fake_sweep(runs_dir, "linen", 1, 4, 10.0, [100.0, 300.0], session="cut")  # cut off after 2 of 4 trials
+    out.mkdir()
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    assert "Sweeps left out, incomplete (cut off, or a trial failed): 1." in report
+    assert ("| CartPole-v1 | 4 | 10 (10–10, 3 repeats) | 20 (20–20, 3 repeats) | 5 (5–5, 3 repeats) | "
+            "15 (15–22.5, 3 repeats) |") in report
+    # N = 2: the one-by-one sweep's first 2 trials, 20 s; the population's 12 s, by when 1 trial was done
+    assert ("| CartPole-v1 | 2 | Linen (jax.vmap) | 1.67x (1.67–1.67, 3 repeats) | 250 (250–250, 3 repeats) | "
+            "1 of 2 | 100 (100–100, 3 repeats) | 300 (300–300, 3 repeats) |") in report
+    assert ("| CartPole-v1 | 4 | Linen (jax.vmap) | 2.00x (2.00–2.00, 3 repeats) | 350 (350–350, 3 repeats) | "
+            "2 of 4 | 300 (300–300, 3 repeats) | 400 (400–400, 3 repeats) |") in report
+    assert ("| CartPole-v1 | 4 | PyTorch (torch.func) | 1.33x (0.89–1.33, 3 repeats) | 350 (350–350, 3 repeats) | "
+            "3 of 4 | 300 (300–400, 3 repeats) | 400 (400–400, 3 repeats) |") in report  # repeat 3: 4 in 90 s
+    # the decision at N = 4: Linen's population against PyTorch's, 3, 3 and 4.5 times the time per trial
+    assert ("| tuning sweep |" in report and "| Linen (jax.vmap) | PyTorch (torch.func) / Linen (jax.vmap) | "
+            "3.43x (1 env, 3 repeats, range 3.00–4.50) |") in report
+
+
 def test_continuous_learning_against_the_bars(tmp_path):
     """bench.sh's continuous-learning folder: each env and variant's seeds against the bar every seed must
     reach (-300 on Pendulum, 1,000 on HalfCheetah), the chart, and no env-complexity measurement for them."""

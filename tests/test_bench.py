@@ -249,6 +249,57 @@ def test_offpolicy_learning_preset():
     assert planned("offpolicy-learning", "--envs", "Pendulum-v1") == []
 
 
+def test_tunesweep_preset():
+    """tunesweep: each population size N as a tune.py call of each agent script (--population N) and, at the largest N
+    only, a tune.py call of each single-agent script (a process per trial); every call of a repeat seeds its random
+    sampler with the repeat, so every way runs the same configurations; a call's folder is named after the session
+    (a resumed sweep never continues a cut-off study, whose wall time would then be two sessions')."""
+    lines = planned("tunesweep", "--repeats", "2", "--iterations", "5")
+    assert len(lines) == 2 * 2 * (4 * 2 + 3) and len(set(lines)) == len(lines)
+    pattern = (r"\[tunesweep r(?P<r>\d)\] \S+ tune.py (?P<script>ppo_\w+\.py) "
+               r"--env-ids (?P<env>CartPole-v1|Pendulum-v1) --seeds (?P=r) --trials (?P<n>\d+) (--population (?P=n) )?"
+               r"--sampler random --sampler-seed (?P=r) "
+               r"--pruner none --space learning_rate=log:1e-4:3e-3 ent_coef=float:0:0.02 clip_coef=float:0.1:0.3 "
+               r"--out runs/tunesweep/r(?P=r)/n(?P=n)/(?P=env)__(?P<variant>\w+)__small__s(?P=r)__(?P<session>\S+) "
+               r"-- (--compile )?--model small --num-iterations 5$")
+    found = [re.fullmatch(pattern, line) for line in lines]
+    assert all(found), [line for line, m in zip(lines, found) if not m]
+    assert len({m["session"] for m in found}) == 1
+    population = [m for m in found if "--population" in m[0]]
+    agents = ("linen_agents", "nnx_agents", "torch_agents", "torch_agents_compile")
+    assert {(m["variant"], m["n"]) for m in population} == {(v, n) for v in agents for n in ("16", "64")}
+    assert all((m["variant"] == "torch_agents_compile") == ("-- --compile" in m[0]) for m in found)
+    one_by_one = {(m["script"], m["n"]) for m in found if m not in population}
+    assert one_by_one == {("ppo_linen.py", "64"), ("ppo_nnx.py", "64"), ("ppo_torch.py", "64")}
+    kept = planned("tunesweep", "--agent-counts", "2,8", "--variants", "linen,torch_agents", "--envs", "CartPole-v1")
+    assert sorted(line.split("--trials ")[1].split(" --sampler")[0] for line in kept) == ["2 --population 2",
+                                                                                           "8", "8 --population 8"]
+
+
+def test_tunesweep_runs_the_same_configurations_each_way_and_analyze_reads_them(tmp_path):
+    """A tiny tunesweep for real: the population's agents and the one-by-one trials get the same values in the same
+    order (what the study's comparison rests on); a resumed sweep skips the calls that ended; analyze.py's table
+    pairs the two ways."""
+    args = ("tunesweep", "--agent-counts", "2", "--variants", "linen,linen_agents", "--envs", "CartPole-v1",
+            "--iterations", "2", "--out", tmp_path, "--no-calibrate")
+    tiny = ["--", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
+    proc = bench(*args, *tiny)
+    assert proc.returncode == 0 and "2 ran, 0 skipped, 0 failed of 2 planned" in proc.stdout, proc.stdout + proc.stderr
+    sweeps = tmp_path / "tunesweep" / "r1" / "n2"
+    values = ("learning_rate", "ent_coef", "clip_coef")
+    alone = [json.loads(p.read_text())["args"] for p in sorted(sweeps.glob("*__linen__*/trials/*/*/run.json"))]
+    [agents] = [json.loads(p.read_text())["args"] for p in sweeps.glob("*__linen_agents__*/trials/*/*/run.json")]
+    assert len(alone) == 2 and [[a[name] for a in alone] for name in values] == [agents[f"{name}s"] for name in values]
+    assert all(json.loads(p.read_text())["trials"] == {"complete": 2} for p in sweeps.glob("*/summary.json"))
+    again = bench(*args, "--resume", *tiny)
+    assert "0 ran, 2 skipped" in again.stdout, again.stdout + again.stderr
+    report = subprocess.run([sys.executable, str(ROOT / "analyze.py"), str(tmp_path), "--out",
+                             str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    assert re.search(r"\| CartPole-v1 \| 2 \| Linen \(jax\.vmap\) \| [\d.]+x \(1 repeat\) \|",
+                     (tmp_path / "results" / "REPORT.md").read_text())
+
+
 def test_profile_preset():
     """profile: every run traced, 6 iterations (--iterations cannot drop it below the traced ones), in one
     folder; the workloads of docs/profiling.md's table, PyTorch on its own env where it has one."""

@@ -132,7 +132,8 @@ def test_preset_table_counts_what_bench_plans():
     rows = dict(re.findall(r"^\| `([\w-]+)` \| (\d+) \|", text, flags=re.M))
     assert set(rows) == {"warmup", "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "torchenv",
                          "cpucompile", "tuning", "continuous", "continuous-learning", "pixels", "pixels-learning", "gpu",
-                         "gpuscale", "dqn", "dqn-learning", "offpolicy", "offpolicy-learning", "profile", "sweep", "quick"}
+                         "gpuscale", "dqn", "dqn-learning", "offpolicy", "offpolicy-learning", "tunesweep", "profile",
+                         "sweep", "quick"}
     for preset, count in rows.items():
         assert len(planned(preset)) == int(count), f"docs/benchmark.md: {preset} plans {len(planned(preset))} runs"
     seeds = re.search(r"benchback-rl's three experiments \((\d+) runs\)", text)

@@ -42,6 +42,10 @@ def test_a_study_finds_the_planted_learning_rate(tmp_path):
     assert best.params == {"learning_rate": 2.5e-3}, [(t.params, t.value) for t in done]
     assert all(len(t.intermediate_values) >= 4 for t in done)  # each iteration's return reached the pruner
     assert "--learning-rate 0.0025" in (tmp_path / "best.sh").read_text()
+    summary = json.loads((tmp_path / "summary.json").read_text())  # what it found, and the sweep's wall time
+    runs = [json.loads(p.read_text())["time/total"] for p in tmp_path.glob("trials/*/*/summary.json")]
+    assert summary["trials"] == {"complete": 2} and summary["best_params"] == best.params
+    assert summary["best_trial"] == best.number and len(runs) == 2 and summary["time/total"] > sum(runs)
 
 
 def test_a_population_is_one_process_each_agent_a_trial(tmp_path):
@@ -106,6 +110,7 @@ def test_a_killed_study_resumes_without_redoing_finished_trials(tmp_path):
         proc.wait()
     first = trials(tmp_path)
     assert [t.state for t in first] == [TrialState.COMPLETE, TrialState.RUNNING]
+    assert not (tmp_path / "summary.json").exists()  # bench.sh's sign that the sweep ended: not yet
     resumed = study(*command, out=tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "1 of 3 trials done" in resumed.stdout
@@ -115,6 +120,7 @@ def test_a_killed_study_resumes_without_redoing_finished_trials(tmp_path):
     assert after[0].params == first[0].params and after[0].value == first[0].value
     assert after[2].params == first[1].params  # the trial cut off ran again, first
     assert len(list(tmp_path.glob("trials/0/*/summary.json"))) == 1  # the finished one did not
+    assert json.loads((tmp_path / "summary.json").read_text())["trials"] == {"complete": 3, "fail": 1}
 
 
 @pytest.mark.parametrize("script, args, says", [("ppo_torch.py", *case) for case in [
