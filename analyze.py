@@ -25,7 +25,7 @@ from rich.table import Table
 from analysis import docs
 from analysis.decision import decision_section
 from analysis.dqn import dqn_learning_section, dqn_section
-from analysis.offpolicy import offpolicy_learning_section, offpolicy_section
+from analysis.offpolicy import offpolicy_cleanrl_section, offpolicy_learning_section, offpolicy_section
 from analysis.agents import agents_section
 from analysis.continuous import continuous_learning_section, continuous_section
 from analysis.cpuenv import cpuenv_section, envscale_section
@@ -89,7 +89,7 @@ def report(args: Report) -> int:
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
      continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning,
-     offpolicy, offpolicy_learning, gpuscale, tunesweep) = by_experiment.values()
+     offpolicy, offpolicy_learning, offpolicy_cleanrl, gpuscale, tunesweep) = by_experiment.values()
     # (headline: below)
     decision_section(by_experiment, o)
     write_targets(by_experiment, out)  # what a run's end line compares its return with
@@ -140,6 +140,8 @@ def report(args: Report) -> int:
         offpolicy_section(offpolicy, o)
     if offpolicy_learning:
         offpolicy_learning_section(offpolicy_learning, o, [r for r in cleanrl if r.experiment == "offpolicy-learning"])
+    if offpolicy_cleanrl:
+        offpolicy_cleanrl_section(offpolicy_cleanrl, o, [r for r in cleanrl if r.experiment == "offpolicy-cleanrl"])
     if gpu or gpuscale:
         gpu_section(gpu, headline, gpuscale, o)
     if profiled:
@@ -157,7 +159,7 @@ def report(args: Report) -> int:
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
                   "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile", "dqn", "dqn-learning",
-                  "offpolicy", "offpolicy-learning", "gpuscale", "tunesweep")
+                  "offpolicy", "offpolicy-learning", "offpolicy-cleanrl", "gpuscale", "tunesweep")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     o.claims_table()

@@ -13,7 +13,7 @@ Presets (default: sweep)
   quick        exp1 on CartPole-v1 and Acrobot-v1, exp2 and cpuenv on CartPole-v1, small model,
                18 iterations, and envscale on CartPole-v1 at 16 and 128 envs (61 runs); then
                analyze.py
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|tunesweep|profile|gpu|gpuscale
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|offpolicy-cleanrl|tunesweep|profile|gpu|gpuscale
                one part of the schedule alone (tuning, the continuous, pixel, off-policy and GPU ones are not
                part of sweep, nor are tunesweep and profile)
     warmup   Acrobot-v1, small, one fully compiled run per framework (not analysed)
@@ -85,7 +85,11 @@ Presets (default: sweep)
     offpolicy-learning  TD3 and SAC on MuJoCo: HalfCheetah-v5 x their CPU-env twins ({td3, sac} x
              {torch, linen}_gymnasium), small, at CleanRL's defaults for 200,000 env steps (TD3's
              first 25,000 and SAC's first 5,000 fill the buffer): the learning curves and the time per
-             1,000 env steps; --repeats 3
+             1,000 env steps; --repeats 3; with --cleanrl, CleanRL's td3_continuous_action.py,
+             td3_continuous_action_jax.py and sac_continuous_action.py in the same shuffled repeats
+    offpolicy-cleanrl  the same twins beside CleanRL's own three scripts in each shuffled repeat, 50,000
+             env steps: each one's time per 1,000 env steps against its CleanRL counterpart's, pairs
+             from one session; needs --cleanrl
     tunesweep a hyperparameter sweep as tune.py runs it (docs/tuning.md): CartPole-v1 and Pendulum-v1,
              small, 20 iterations (or --iterations) a trial, learning rate, entropy and clipping coefficients
              sampled at random (the sampler seeded by the repeat: every way runs the same configurations);
@@ -141,6 +145,13 @@ Options
                      groups of runs that analyze.py pairs (an experiment's repeat on one env)
   --warm-cache       keep torch.compile's on-disk cache between runs (default: every run
                      compiles cold, in an empty TORCHINDUCTOR_CACHE_DIR)
+  --cleanrl DIR      a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl): dqn-learning,
+                     offpolicy-learning and offpolicy-cleanrl run CleanRL's own scripts at the same
+                     settings and seeds in each repeat's shuffled order (variants cleanrl_<script>:
+                     cleanrl_dqn cleanrl_dqn_jax cleanrl_td3_continuous_action
+                     cleanrl_td3_continuous_action_jax cleanrl_sac_continuous_action), their run
+                     folders as CleanRL writes them, moved once they end into
+                     <out>/<experiment>/r<repeat>/cleanrl-runs/<session>/
   --no-calibrate     skip the session's calibration (calibrate.py: a layer and a minibatch step
                      in each framework, timed in a few seconds, into DIR/sessions/<session>.json)
   --slurm N          submit the plan to SLURM instead of running it: a job array of N tasks
@@ -251,6 +262,11 @@ OFFPOLICY=(td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torc
 OFFPOLICY_ARGS="--total-timesteps,25000,--learning-starts,5000"  # 20 iterations that train, 4 that fill
 OFFPOLICY_LEARNING=(td3_torch_gymnasium td3_linen_gymnasium sac_torch_gymnasium sac_linen_gymnasium)  # on MuJoCo
 OFFPOLICY_LEARNING_ARGS="--total-timesteps,200000"  # the issue's least; each script's CleanRL learning-starts
+OFFPOLICY_CLEANRL_ARGS="--total-timesteps,50000"  # offpolicy-cleanrl: TD3 trains for 25 iterations, SAC for 45
+OFFPOLICY_LEARNING_CLEANRL=(cleanrl_td3_continuous_action cleanrl_td3_continuous_action_jax  # with --cleanrl
+                            cleanrl_sac_continuous_action)
+DQN_LEARNING_CLEANRL=(cleanrl_dqn cleanrl_dqn_jax)  # with --cleanrl, on CartPole-v1
+CLEANRL_RUNS=cleanrl-runs  # analyze.py reads CleanRL's run folders below a folder of this name
 PROFILE_ARGS="--profile,--num-iterations,6"  # profile: iterations 3 and 4 traced, 5 and 6 untraced beside them
 PROFILE_TORCH=(torch torch_compile torch_compile-torchenv)  # profile: PyTorch eager and compiled, and on its own env
 PROFILE_OFFPOLICY=(linen torch torch_compile torch_compile-torchenv)  # profile: TD3's and SAC's on Gymnax's Pendulum
@@ -309,6 +325,7 @@ variant_command() {
     dqn_*-host|td3_*-host|sac_*-host) echo "${1%-host}.py --buffer host" ;;
     dqn_*-torchenv|td3_*-torchenv|sac_*-torchenv) echo "${1%-torchenv}.py --torch-env" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;
+    cleanrl_*) [[ -f $cleanrl/cleanrl/${1#cleanrl_}.py ]] && echo "$cleanrl/cleanrl/${1#cleanrl_}.py" ;;  # its own
     *) return 1 ;;
   esac
 }
@@ -332,7 +349,7 @@ contains() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; 
 
 preset=sweep out=runs repeats=1 iterations="" envs_opt="" variants_opt="" models_opt=""
 experiments_opt="" counts_opt="" agent_counts_opt="" order_seed=0 dry_run=0 resume=0 shard="0/1" warm_cache=0 extra=() slurm_tasks="" sbatch_args=""
-calibrate=1
+calibrate=1 cleanrl=""
 if [[ $# -gt 0 && $1 != -* ]]; then preset=$1; shift; fi
 argv=("$@")  # what each SLURM task is given again
 while [[ $# -gt 0 ]]; do
@@ -352,6 +369,7 @@ while [[ $# -gt 0 ]]; do
     --shard) shard=${2:-}; shift 2 ;;
     --warm-cache) warm_cache=1; shift ;;
     --no-calibrate) calibrate=0; shift ;;
+    --cleanrl) cleanrl=${2:?--cleanrl needs the folder of a CleanRL checkout}; shift 2 ;;
     --slurm) slurm_tasks=${2:-}; shift 2 ;;
     --sbatch) sbatch_args=${2?--sbatch needs its options in one argument}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -366,6 +384,13 @@ done
 [[ $shard =~ ^([0-9]+)/([1-9][0-9]*)$ ]] || die "--shard must be I/N with 0 <= I < N, got '$shard'"
 shard_i=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]}
 ((shard_i < shard_n)) || die "--shard must be I/N with 0 <= I < N, got '$shard'"
+[[ $preset != offpolicy-cleanrl || -n $cleanrl ]] ||
+  die "offpolicy-cleanrl runs CleanRL's own scripts beside ours: give --cleanrl DIR (a CleanRL checkout)"
+if [[ -n $cleanrl ]]; then  # absolute: its runs start in a folder of their own
+  [[ -f $cleanrl/cleanrl/dqn.py ]] ||
+    die "--cleanrl: no $cleanrl/cleanrl/dqn.py: give the folder of a CleanRL checkout (github.com/vwxyzjn/cleanrl)"
+  cleanrl=$(cd "$cleanrl" && pwd)
+fi
 if [[ -n $slurm_tasks ]]; then
   [[ $slurm_tasks =~ ^[1-9][0-9]*$ ]] || die "--slurm must be a positive number of tasks, got '$slurm_tasks'"
   ((shard_n == 1)) || die "--slurm makes its own shards: drop --shard"
@@ -376,9 +401,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|tunesweep|profile|gpu|gpuscale) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|offpolicy-cleanrl|tunesweep|profile|gpu|gpuscale) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, tunesweep, profile, gpu, gpuscale or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, offpolicy-cleanrl, tunesweep, profile, gpu, gpuscale or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -404,7 +429,10 @@ for e in "${env_filter[@]}"; do
     die "unknown env '$e': ${BENCHBACK_RL_ENVS[*]} ${EXTRA_ENVS[*]} ${CRAFTAX_ENVS[*]} ${CONTINUOUS_ENVS[*]} ${MUJOCO_ENVS[*]} ${ATARI_ENVS[*]} (or benchback-rl, extra, all)"
 done
 variant_filter=($(split "$variants_opt"))
-for v in "${variant_filter[@]}"; do variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"; done
+for v in "${variant_filter[@]}"; do
+  [[ $v != cleanrl_* || -n $cleanrl ]] || die "variant '$v' is CleanRL's own script: give --cleanrl DIR"
+  variant_command "$v" >/dev/null || die "unknown variant '$v' (see --help)"
+done
 model_filter=($(split "$models_opt"))
 for m in "${model_filter[@]}"; do contains "$m" "${MODELS[@]}" cnn || die "unknown model '$m': small, medium, large, cnn"; done
 
@@ -554,7 +582,8 @@ for r in $(seq 1 "$repeats"); do
         add dqn "$r" async "envs$DQN_ENVS" "--total-timesteps,$DQN_STEPS,--num-envs,$DQN_ENVS,--train-frequency,$DQN_ENVS" \
           CartPole-v1 -- "${DQN[@]}" -- small ;;
       dqn-learning)
-        add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" -- small
+        add dqn-learning "$r" async - - CartPole-v1 -- "${DQN_LEARNING[@]}" ${cleanrl:+"${DQN_LEARNING_CLEANRL[@]}"} \
+          -- small
         add dqn-learning "$r" async breakout "$DQN_PIXELS_ARGS" Breakout-MinAtar -- "${DQN_PIXELS[@]}" -- cnn ;;
       tunesweep)  # command_of makes each a tune.py call
         for n in "${sweep_sizes[@]}"; do
@@ -563,7 +592,10 @@ for r in $(seq 1 "$repeats"); do
         add tunesweep "$r" async "n$largest_sweep" - "${SWEEP_ENVS[@]}" -- "${SWEEP_ONE_BY_ONE[@]}" -- small ;;
       offpolicy) add offpolicy "$r" async - "$OFFPOLICY_ARGS" Pendulum-v1 -- "${OFFPOLICY[@]}" -- small ;;
       offpolicy-learning)
-        add offpolicy-learning "$r" async - "$OFFPOLICY_LEARNING_ARGS" HalfCheetah-v5 -- "${OFFPOLICY_LEARNING[@]}" -- small ;;
+        add offpolicy-learning "$r" async - "$OFFPOLICY_LEARNING_ARGS" HalfCheetah-v5 -- "${OFFPOLICY_LEARNING[@]}" \
+          ${cleanrl:+"${OFFPOLICY_LEARNING_CLEANRL[@]}"} -- small ;;
+      offpolicy-cleanrl) add offpolicy-cleanrl "$r" async - "$OFFPOLICY_CLEANRL_ARGS" HalfCheetah-v5 \
+          -- "${OFFPOLICY_LEARNING[@]}" "${OFFPOLICY_LEARNING_CLEANRL[@]}" -- small ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
@@ -636,10 +668,26 @@ command_of() {
          --out "$slot/${env}__${variant}__${model}__s${r}__$session" -- "${script[@]:1}" --model "$model"
          --num-iterations "${iterations:-$SWEEP_ITERATIONS}")
   fi
+  if [[ $variant == cleanrl_* ]]; then  # CleanRL's own script: its flags, its run folder in the folder it starts in
+    cmd=(env "PYTHONPATH=$cleanrl${PYTHONPATH:+:$PYTHONPATH}"  # its cleanrl_utils
+         "$(abs_python)" "${script[@]}" --env-id "$env" --seed "$r")
+    [[ $args == - ]] || cmd+=($(split "$args"))  # the presets' args are CleanRL's names
+    return 0
+  fi
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
   [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* && $exp != tunesweep && $exp != profile && $exp != gpu* ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
+}
+abs_python() { [[ $PYTHON == */* && $PYTHON != /* ]] && echo "$PWD/$PYTHON" || echo "$PYTHON"; }
+# whether the run command_of set up has ended before (--resume): our run's summary.json, or CleanRL's run folder,
+# moved there only once it ended
+ended() {
+  if [[ $variant == cleanrl_* ]]; then
+    compgen -G "$slot/$CLEANRL_RUNS/*/${env}__${variant#cleanrl_}__${r}__*" >/dev/null
+  else
+    compgen -G "$slot/${env}__${variant}__${model}__s${r}__*/summary.json" >/dev/null
+  fi
 }
 plan_header() { echo "# bench.sh $preset, order seed $order_seed: each repeat's runs in a shuffled order, its warm-up first"; }
 plan_line() { command_of "$1"; printf '[%s r%s]' "$exp" "$r"; printf ' %q' "${cmd[@]}"; echo; }
@@ -708,23 +756,31 @@ for i in "${!plan[@]}"; do
   mine "$i" || continue
   ((interrupted)) && break
   command_of "$i"
-  if ((resume)) && compgen -G "$slot/${env}__${variant}__${model}__s${r}__*/summary.json" >/dev/null; then
+  if ((resume)) && ended; then
     skipped=$((skipped + 1)); continue
   fi
   mkdir -p "$slot/logs"
   log="$slot/logs/${env}__${variant}__${model}__s${r}.log"
   echo "[$((i + 1))/${#plan[@]}] $exp r$r $env $variant $model"
   cache=$(mktemp -d)  # an empty inductor cache: torch.compile pays its whole compile time
+  start_in=.; [[ $variant == cleanrl_* ]] && start_in=$(mktemp -d "$slot/.cleanrl.XXXXXX")  # CleanRL writes runs/
   ((warm_cache)) && cache_env=() || cache_env=(TORCHINDUCTOR_CACHE_DIR="$cache")
   set +e
   # In the background, so that the trap runs at once rather than when the run exits; a
   # background job ignores SIGINT unless it restores it, as this subshell does.
-  ( trap - INT TERM; exec env "${cache_env[@]}" "${cmd[@]}" ) >"$log" 2>&1 &
+  ( trap - INT TERM; cd "$start_in" || exit 1; exec env "${cache_env[@]}" "${cmd[@]}" ) >"$log" 2>&1 &
   wait $!
   code=$?
   ((interrupted)) && stop_run $! && wait $! 2>/dev/null
   set -e
   rm -rf "$cache"
+  if [[ $start_in != . ]]; then  # CleanRL's run folder, once it ended, into its session's folder; a cut one is lost
+    if ((code == 0 && !interrupted)); then
+      mkdir -p "$slot/$CLEANRL_RUNS/$session"
+      mv "$start_in"/runs/* "$slot/$CLEANRL_RUNS/$session/" 2>>"$log" || code=1  # it wrote no run folder
+    fi
+    rm -rf "$start_in"
+  fi
   if ((interrupted)); then
     echo "interrupted during $exp r$r $env $variant $model: its run directory has no summary.json" >&2
     break

@@ -36,11 +36,11 @@ import signal
 import subprocess
 import sys
 import time
-
-START_TIME = time.time()  # before Optuna's import: summary.json's time/total is the sweep's whole wall time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+START_TIME = time.time()  # before the heavy imports: summary.json's time/total is the sweep's whole wall time
 
 import tyro
 
@@ -367,24 +367,24 @@ def resume(study) -> int:
                if t.state.is_finished())
 
 
-def print_trials(study, args: Args, fixed: list[str], out: Path):
+def summarize(study, args: Args, fixed: list[str], out: Path):
+    """The trials as a table, and once one is complete the best one's command (OUT/best.sh); OUT/summary.json."""
     from rich.console import Console
     from rich.table import Table
 
     trials = study.get_trials(deepcopy=False)
+    states = [t.state.name.lower() for t in trials]
+    best = study.best_trial if "complete" in states else None
     table = Table("trial", "state", "score", *next(iter([t.params for t in trials if t.params]), {}),
                   title=f"{args.script}: {len(trials)} trials ({out / 'study.db'})")
     for t in sorted(trials, key=lambda t: -t.value if t.value is not None else math.inf):
         table.add_row(str(t.number), t.state.name.lower(), f"{t.value:.4g}" if t.value is not None else "–",
                       *(f"{v:.4g}" if isinstance(v, float) else str(v) for v in t.params.values()))
     Console().print(table)
-    if any(t.state == TrialState.COMPLETE for t in trials):
-        best = shlex.join(["python", args.script, *fixed, *flags(study.best_trial.params)])
-        (out / "best.sh").write_text(f"# tune.py's best trial, {study.best_trial.number}: score "
-                                     f"{study.best_value:.6g}\n{best}\n")
-        print(f"best: trial {study.best_trial.number}, score {study.best_value:.6g}\n{best}")
-    states = [t.state.name.lower() for t in trials]
-    best = study.best_trial if "complete" in states else None
+    if best is not None:
+        command = shlex.join(["python", args.script, *fixed, *flags(best.params)])
+        (out / "best.sh").write_text(f"# tune.py's best trial, {best.number}: score {best.value:.6g}\n{command}\n")
+        print(f"best: trial {best.number}, score {best.value:.6g}\n{command}")
     (out / "summary.json").write_text(json.dumps(
         {"script": args.script, "trials": {state: states.count(state) for state in sorted(set(states))},
          "best_trial": best and best.number, "best_score": best and best.value, "best_params": best and best.params,
@@ -442,7 +442,7 @@ def main():
     except KeyboardInterrupt:
         print("interrupted: the same command resumes the study", file=sys.stderr)
         sys.exit(130)
-    print_trials(study, args, fixed, out)
+    summarize(study, args, fixed, out)
 
 
 if __name__ == "__main__":

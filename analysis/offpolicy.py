@@ -6,9 +6,12 @@ filling phase and run length are dqn.py's."""
 
 import math
 
-from .dqn import FINAL_STEPS, cleanrl_final, filling, finals, learning_table, level_with_cleanrl, run_length, steady
+import numpy as np
+
+from .dqn import (FINAL_STEPS, cleanrl_final, counterpart, filling, finals, learning_table, level_with_cleanrl,
+                  run_length, steady)
 from .output import NAMES, fmt, variant_order
-from .stats import below, median_range, not_below, pair_ratios, ratio_row, sessions_note
+from .stats import below, median_range, not_below, pair_ratios, ratio_row, session_of, sessions_note
 from .target import target_of, time_to
 
 ALGORITHMS = {"td3": "TD3", "sac": "SAC"}
@@ -109,6 +112,48 @@ def offpolicy_learning_section(runs, out, cleanrl=()):
               f"same algorithm (time of A / time of B, median (range, n repeats), pairs from one repeat of one "
               f"session)",
               ["algorithm", "script", "steady s / 1,000 steps", "over Linen, steady"], rows, block="offpolicy-mujoco")
+
+
+def over_cleanrl(runs, theirs, variant: str) -> np.ndarray | None:
+    """The variant's steady time over its CleanRL counterpart's, one ratio per repeat whose session ran both."""
+    def by_repeat(runs, v):
+        return {(r.env_id, r.seed, session_of(r)): x for r in runs if r.variant == v and (x := steady(r)) is not None}
+    mine, cleanrl = by_repeat(runs, variant), by_repeat(theirs, counterpart(variant))
+    found = [x / cleanrl[key] for key, x in sorted(mine.items()) if key in cleanrl and key[2] is not None]
+    return np.array(found) if found else None
+
+
+def offpolicy_cleanrl_section(runs, out, cleanrl):
+    """TD3's and SAC's CPU-env twins beside CleanRL's own scripts on MuJoCo, in the same sessions (bench.sh
+    offpolicy-cleanrl): each one's time per 1,000 env steps while it trains over its CleanRL counterpart's."""
+    env, a = runs[0].env_id, runs[0].info["args"]  # bench.sh gives every run the same env and length
+    theirs = [r for r in cleanrl if r.env_id == env]
+    out.heading(f"TD3 and SAC beside CleanRL's scripts on {env}",
+                f"TD3's and SAC's CPU-env twins and CleanRL's own td3_continuous_action.py, "
+                f"td3_continuous_action_jax.py and sac_continuous_action.py on {env} at CleanRL's settings for "
+                f"{a['total_timesteps']:,} env steps, all of a repeat in one shuffled order (bench.sh "
+                f"offpolicy-cleanrl). Steady: seconds per 1,000 env steps over the iterations that train; CleanRL's "
+                f"from the wall times of the charts/SPS events it logs every 100 env steps while it trains. Each "
+                f"script against CleanRL's in its framework (SAC's Linen against CleanRL's PyTorch SAC, CleanRL "
+                f"having no JAX one).", sessions_note(runs + theirs))
+    rows, found = [], {}
+    for v in variant_order({r.variant for r in runs}):
+        cp, found[v] = counterpart(v), over_cleanrl(runs, theirs, v)
+        mine = [x for r in runs if r.variant == v and (x := steady(r)) is not None]
+        their = [x for r in theirs if r.variant == cp and (x := steady(r)) is not None]
+        rows.append([ALGORITHMS[algorithm(v)], NAMES.get(v, v), median_range(mine) if mine else "too short",
+                     NAMES.get(cp, cp), median_range(their) if their else "not run",
+                     median_range(found[v], ratio=True) if found[v] is not None else "–"])
+    out.table(f"TD3 and SAC on {env} beside CleanRL's scripts: seconds per 1,000 env steps while training, and "
+              f"each script's over its CleanRL counterpart's (time of A / time of B, median (range, n repeats), pairs "
+              f"from one repeat of one session)", ["algorithm", "script", "steady s / 1,000 steps", "CleanRL's script",
+                                                   "its steady s / 1,000 steps", "over CleanRL's, steady"],
+              rows, block="offpolicy-cleanrl")
+    measured = {v: ratio_row([x]) for v, x in found.items() if x is not None}
+    out.claim("offpolicy-twins-not-slower-than-cleanrl", bool(found) and len(measured) == len(found) and all(
+        not_below(1, row) for row in measured.values()), ("as fast as",),
+        "; ".join(f"{v} / {counterpart(v)}: {row['median']:.2f}x ({row['min']:.2f}–{row['max']:.2f})"
+                  for v, row in measured.items()) or "no pair ran")
 
 
 def offpolicy_claims(runs, out):

@@ -24,6 +24,7 @@ EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensiv
                "dqn", "dqn-learning",  # DQN (issue 52): time per env step, and learning at CleanRL's defaults
                "offpolicy",  # TD3 and SAC (issue 53): time per env step and learning, in the same runs
                "offpolicy-learning",  # and their CPU-env twins learning MuJoCo's HalfCheetah, beside CleanRL's
+               "offpolicy-cleanrl",  # and the twins' time beside CleanRL's own scripts, in the same sessions
                "gpuscale",  # the GPU's own regime (issue 55): CartPole-v1 at 32-4,096 envs, and its CPU side
                "tunesweep")  # a tuning sweep (issue 54): tune.py's trials one by one, or as one process's agents
 CLEANRL_RUNS = "cleanrl-runs"  # a folder of runs by CleanRL's own scripts beside ours: its event files, as it wrote them
@@ -43,7 +44,7 @@ class Run:
     experiment: str = ""
     scalars: dict = field(default_factory=dict)  # tag -> (steps, values, wall times)
     calibration: dict | None = None  # its session's calibrate.py measurements, where bench.sh made them
-    cleanrl: bool = False  # a run of CleanRL's own script (CLEANRL_RUNS): no summary, no iterations
+    cleanrl: bool = False  # a run of CleanRL's own script (CLEANRL_RUNS): no summary; its SPS events as iterations
     profile: dict | None = None  # a run with --profile: its traced iteration (profiles.measure), not a timing
 
     @property
@@ -130,7 +131,9 @@ def python_value(text: str):
 
 def load_cleanrl(run_dir: Path) -> Run:
     """A run of CleanRL's own script as it wrote it, named {env_id}__{exp_name}__{seed}__{time}: its variant
-    cleanrl_<exp_name>, its arguments from the hyperparameters table it logs, its scalars; no summary."""
+    cleanrl_<exp_name>, its arguments from the hyperparameters table it logs, its scalars; no summary. In a folder
+    named after a bench.sh session (bench.sh --cleanrl: CLEANRL_RUNS/<session>/), it ran in that session, and the
+    seconds between two of its charts/SPS events (every 100 env steps once it trains) are its iterations."""
     from tensorboard.backend.event_processing import event_accumulator as ea
     from tensorboard.util import tensor_util
 
@@ -142,12 +145,17 @@ def load_cleanrl(run_dir: Path) -> Run:
         table = tensor_util.make_ndarray(acc.Tensors("hyperparameters/text_summary")[0].tensor_proto).item().decode()
         args = dict(line[1:-1].split("|", 1) for line in table.splitlines()[2:])  # |param|value| rows
         args = {key: python_value(value) for key, value in args.items()}
+        session = run_dir.parent.name if run_dir.parent.name != CLEANRL_RUNS else None
         run = Run(run_dir, f"cleanrl_{exp_name}", env_id, "cleanrl", int(seed), False, {},
-                  {"args": args}, cleanrl=True)
+                  {"args": args, "session": session}, cleanrl=True)
         run.experiment = experiment_of(run)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run.scalars = read_scalars(run_dir)
+        steps, _, wall = run.series("charts/SPS")
+        if len(steps) > 1:  # an event's wall time is when the script logged it
+            run.scalars["time/iteration"] = (steps[1:], np.diff(wall), wall[1:])
+            args["log_frequency"] = int(steps[1] - steps[0])
     except Exception as e:  # a name or an event file not as CleanRL writes them
         raise ValueError(f"not a CleanRL run ({type(e).__name__}: {e})")
     return run
@@ -211,7 +219,7 @@ def runs_below(root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
             runs.append(run)
         except ValueError as e:
             skipped.append((run_dir, str(e)))
-    for run_dir in sorted({events.parent for events in root.rglob(f"{CLEANRL_RUNS}/*/*tfevents*")}):
+    for run_dir in sorted({events.parent for events in root.rglob(f"{CLEANRL_RUNS}/**/*tfevents*")}):
         try:
             runs.append(load_cleanrl(run_dir))
         except ValueError as e:

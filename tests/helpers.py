@@ -146,6 +146,24 @@ def wall_times(run_dir, tag="time/iteration") -> list[float]:
     return [e.wall_time for e in (acc.Tensors(tag) if tag in acc.Tags()["tensors"] else acc.Scalars(tag))]
 
 
+def cleanrl_run(root, exp_name, seed, total_timesteps, returns, env_id="CartPole-v1", sps_times=None, **args) -> Path:
+    """A run as CleanRL's scripts write one: its hyperparameters (args among them) as a text summary, an episode's
+    return at the global step it ended on, and charts/SPS at each global step of sps_times with its wall time
+    (torch's SummaryWriter, CleanRL's)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = root / f"{env_id}__{exp_name}__{seed}__1700000000"
+    writer = SummaryWriter(str(run_dir))
+    args = dict(exp_name=exp_name, seed=seed, env_id=env_id, total_timesteps=total_timesteps, hf_entity="", **args)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in args.items()))
+    for step, value in returns.items():
+        writer.add_scalar("charts/episodic_return", value, step)
+    for step, wall_time in (sps_times or {}).items():
+        writer.add_scalar("charts/SPS", 100, step, walltime=wall_time)
+    writer.close()
+    return run_dir
+
+
 REGIONS = ("rollout", "env_step", "policy_step", "update", "minibatch_step")  # --profile's names: PPO's
 OFFPOLICY_REGIONS = ("iteration", "policy_step", "env_step", "buffer", "update")  # DQN's, TD3's and SAC's
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from analysis import agents, continuous, cpuenv, docs, expensive, pixels, runs, stats
-from helpers import ROOT, STEADY, TINY, load
+from helpers import ROOT, STEADY, TINY, cleanrl_run, load
 
 STARTUP = 1.5  # seconds from a fake run's start to its first iteration
 
@@ -326,19 +326,6 @@ def test_torchenv_and_cpucompile_by_hand(tmp_path):
     assert (out / "torchenv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def cleanrl_run(root, exp_name, seed, total_timesteps, returns, env_id="CartPole-v1"):
-    """A run as CleanRL's scripts write one: its hyperparameters as a text summary, an episode's return at the
-    global step it ended on (torch's SummaryWriter, CleanRL's)."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(root / f"{env_id}__{exp_name}__{seed}__1700000000"))
-    args = dict(exp_name=exp_name, seed=seed, env_id=env_id, total_timesteps=total_timesteps, hf_entity="")
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in args.items()))
-    for step, value in returns.items():
-        writer.add_scalar("charts/episodic_return", value, step)
-    writer.close()
-
-
 def test_dqn_by_hand(tmp_path):
     """DQN's study on runs whose durations are known: seconds per 1,000 env steps while training (the
     iterations after the first update's), filling the buffer, and a 500k-step run, each over Linen's at
@@ -515,6 +502,37 @@ def test_offpolicy_learning_by_hand(tmp_path):
     assert "| SAC | Flax Linen, Gymnasium's env | 0.2 (0.2–0.2, 3 repeats) | 1 |" in report
     assert f"| SAC | {torch} | 0.6 (0.6–0.6, 3 repeats) | 3.00x (3.00–3.00, 3 repeats) |" in report
     assert report.split("| `offpolicy-mujoco-finals-level-with-cleanrl` |")[1].split("|")[1].strip() == "no"
+
+
+def test_offpolicy_cleanrl_by_hand(tmp_path):
+    """TD3's and SAC's twins beside CleanRL's own scripts in the same sessions: CleanRL's steady time from the wall
+    times of its charts/SPS events, each script's over its counterpart's paired by repeat and session only."""
+    runs_dir, out = tmp_path / "runs", tmp_path / "results"
+    iterations = lambda factor: [3.0] + [0.1] * 24 + [9.0] + [0.2 * factor] * 24  # 50 iterations of 1,000 steps
+    theirs = {"td3_continuous_action": 0.05, "td3_continuous_action_jax": 0.015, "sac_continuous_action": 0.03}
+    for seed in (1, 2, 3):
+        for variant, factor in (("td3_linen_gymnasium", 1.0), ("td3_torch_gymnasium", 2.0),
+                                ("sac_linen_gymnasium", 1.0), ("sac_torch_gymnasium", 3.0)):
+            fake_run(runs_dir / "offpolicy-cleanrl" / f"r{seed}", variant, "HalfCheetah-v5", "small", seed, 100.0,
+                     iterations(factor), session="S1", steps_per_iteration=1000, log_frequency=1000,
+                     learning_starts=25_000, total_timesteps=50_000)
+        for exp_name, seconds in theirs.items():  # seconds per 100 env steps, logged from step 25,100 on
+            session = "S2" if seed == 3 and exp_name == "td3_continuous_action" else "S1"  # not paired: another
+            cleanrl_run(runs_dir / "offpolicy-cleanrl" / f"r{seed}" / "cleanrl-runs" / session, exp_name, seed,
+                        50_000, {30_000: 100.0}, env_id="HalfCheetah-v5", learning_starts=25_000,
+                        sps_times={25_000 + 100 * i: 2000.0 + seconds * i for i in range(1, 251)})
+    proc = analyze(runs_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "REPORT.md").read_text()
+    table = report.split("### TD3 and SAC on HalfCheetah-v5 beside CleanRL's scripts")[1].split("###")[0]
+    # PyTorch's TD3 0.4 s per 1,000 steps against CleanRL's 0.5: 0.8, its seed 3 in another session unpaired
+    assert ("| TD3 | PyTorch, eager, Gymnasium's env | 0.4 (0.4–0.4, 3 repeats) | CleanRL's td3_continuous_action.py "
+            "(PyTorch) | 0.5 (0.5–0.5, 3 repeats) | 0.80x (0.80–0.80, 2 repeats) |") in table
+    assert ("| TD3 | Flax Linen, Gymnasium's env | 0.2 (0.2–0.2, 3 repeats) | CleanRL's td3_continuous_action_jax.py "
+            "(Flax Linen) | 0.15 (0.15–0.15, 3 repeats) | 1.33x (1.33–1.33, 3 repeats) |") in table
+    assert ("| SAC | Flax Linen, Gymnasium's env | 0.2 (0.2–0.2, 3 repeats) | CleanRL's sac_continuous_action.py "
+            "(PyTorch) | 0.3 (0.3–0.3, 3 repeats) | 0.67x (0.67–0.67, 3 repeats) |") in table
+    assert report.split("| `offpolicy-twins-not-slower-than-cleanrl` |")[1].split("|")[1].strip() == "no"
 
 
 def test_runs_on_different_devices_are_never_paired(tmp_path):

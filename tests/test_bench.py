@@ -15,9 +15,9 @@ import pytest
 from helpers import ROOT, TINY
 
 
-def bench(*args, python=sys.executable, timeout=900, **popen) -> subprocess.CompletedProcess:
+def bench(*args, python=sys.executable, timeout=900, env=None, **popen) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(ROOT / "bench.sh"), *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "PYTHON": str(python)}, **popen)
+                          text=True, timeout=timeout, env={**os.environ, **(env or {}), "PYTHON": str(python)}, **popen)
 
 
 def planned(*args) -> list[str]:
@@ -247,6 +247,82 @@ def test_offpolicy_learning_preset():
                          line) for line in lines), lines
     assert len(planned("offpolicy-learning", "--envs", "HalfCheetah-v5,CartPole-v1")) == 4
     assert planned("offpolicy-learning", "--envs", "Pendulum-v1") == []
+
+
+CLEANRL_SCRIPTS = ("dqn", "dqn_jax", "td3_continuous_action", "td3_continuous_action_jax", "sac_continuous_action")
+
+
+def fake_cleanrl(folder: Path, fail=()) -> Path:
+    """A CleanRL checkout whose scripts import its cleanrl_utils and write their run folder as CleanRL's do
+    (runs/<env>__<script>__<seed>__<time> in the folder they start in), at once; the scripts named in fail begin
+    theirs and exit 3."""
+    (folder / "cleanrl_utils").mkdir(parents=True)
+    (folder / "cleanrl_utils" / "__init__.py").write_text("")
+    for name in CLEANRL_SCRIPTS:
+        script = folder / "cleanrl" / f"{name}.py"
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(f"""import sys
+from pathlib import Path
+import cleanrl_utils  # CleanRL's own package, beside its scripts' folder
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from helpers import cleanrl_run
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+run = cleanrl_run(Path("runs"), {name!r}, int(args["--seed"]), int(args["--total-timesteps"]), {{}},
+                  env_id=args["--env-id"], sps_times={{100: 1.0, 200: 1.5}})
+sys.exit(3 if {name in fail} else 0)
+""")
+    return folder
+
+
+def test_cleanrl_presets(tmp_path):
+    """--cleanrl: CleanRL's own scripts in the plan at the preset's settings and seed, by their own flags, in
+    dqn-learning (CartPole-v1), offpolicy-learning and offpolicy-cleanrl, which needs it; refused without a
+    checkout."""
+    cleanrl = fake_cleanrl(tmp_path / "cleanrl")
+    lines = planned("offpolicy-cleanrl", "--cleanrl", cleanrl, "--repeats", "2")
+    theirs = [line for line in lines if str(cleanrl) in line]
+    assert len(lines) == 7 * 2 and len(theirs) == 3 * 2
+    assert all(re.search(rf" {re.escape(str(cleanrl))}/cleanrl/(td3_continuous_action|td3_continuous_action_jax|"
+                         r"sac_continuous_action)\.py --env-id HalfCheetah-v5 --seed \d --total-timesteps 50000$",
+                         line) for line in theirs), theirs
+    assert all(line.endswith("--total-timesteps 50000") for line in lines)
+    assert len(planned("offpolicy-learning", "--cleanrl", cleanrl)) == 7
+    dqn = planned("dqn-learning", "--cleanrl", cleanrl)
+    assert {next(word for word in line.split() if word.endswith(".py")) for line in dqn if str(cleanrl) in line} == {
+        f"{cleanrl}/cleanrl/dqn.py", f"{cleanrl}/cleanrl/dqn_jax.py"}
+    assert all("CartPole-v1" in line for line in dqn if str(cleanrl) in line)
+    for args, message in ((["offpolicy-cleanrl"], "give --cleanrl DIR"),
+                          (["dqn-learning", "--variants", "cleanrl_dqn"], "give --cleanrl DIR"),
+                          (["dqn-learning", "--cleanrl", tmp_path], "give the folder of a CleanRL checkout")):
+        proc = bench(*args, "--dry-run")
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_cleanrl_runs_move_into_their_session_once_they_end(tmp_path):
+    """A CleanRL script starts in a folder of its own; once it ended, its run folder moves into
+    <repeat>/cleanrl-runs/<session>/, where analyze.py reads its session and iterations, and --resume skips it; a
+    run that failed leaves nothing there. PYTHON given relative to the repository works from that folder."""
+    out, cleanrl = tmp_path / "runs", fake_cleanrl(tmp_path / "cleanrl", fail=("sac_continuous_action",))
+    slot = out / "offpolicy-cleanrl" / "r1"
+    args = ("offpolicy-cleanrl", "--cleanrl", cleanrl, "--out", out, "--no-calibrate",
+            "--variants", "cleanrl_td3_continuous_action,cleanrl_sac_continuous_action")
+    python = os.path.relpath(sys.executable, ROOT)
+    first = bench(*args, python=python, env={"BENCHBACK_SESSION": "S1"})
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "1 ran, 0 skipped, 1 failed of 2 planned" in first.stdout
+    (ended,) = (slot / "cleanrl-runs").glob("*/*")
+    assert ended.parent.name == "S1" and ended.name.startswith("HalfCheetah-v5__td3_continuous_action__1__")
+    assert sorted(p.name for p in slot.iterdir()) == ["cleanrl-runs", "logs"]  # the failed one's folder is gone
+
+    from analysis.runs import runs_below
+    (run,), _ = runs_below(out)
+    assert run.info["session"] == "S1" and run.variant == "cleanrl_td3_continuous_action"
+    steps, seconds, _ = run.series("time/iteration")
+    assert list(steps) == [200] and list(seconds) == [0.5] and run.info["args"]["log_frequency"] == 100
+
+    again = bench(*args, "--resume", env={"BENCHBACK_SESSION": "S2"})
+    assert "0 ran, 1 skipped, 1 failed of 2 planned" in again.stdout, again.stdout + again.stderr
+    assert [p.parent.name for p in (slot / "cleanrl-runs").glob("*/*")] == ["S1"]
 
 
 def test_tunesweep_preset():

@@ -11,7 +11,7 @@ import typing
 import pytest
 from analysis import docs
 from helpers import ROOT, SCRIPTS, load
-from test_bench import planned
+from test_bench import fake_cleanrl, planned
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:x|×| s\b| ms\b| µs\b|%)")  # a measured figure: a ratio, a time, a share
@@ -127,14 +127,16 @@ def test_every_variant_is_in_the_scripts_table(script):
         assert listed(name, row), f"README's script table does not name {script}'s variant {name}"
 
 
-def test_preset_table_counts_what_bench_plans():
+def test_preset_table_counts_what_bench_plans(tmp_path):
     text = (ROOT / "docs" / "benchmark.md").read_text()
     rows = dict(re.findall(r"^\| `([\w-]+)` \| (\d+) \|", text, flags=re.M))
     assert set(rows) == {"warmup", "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "torchenv",
                          "cpucompile", "tuning", "continuous", "continuous-learning", "pixels", "pixels-learning", "gpu",
-                         "gpuscale", "dqn", "dqn-learning", "offpolicy", "offpolicy-learning", "tunesweep", "profile",
-                         "sweep", "quick"}
+                         "gpuscale", "dqn", "dqn-learning", "offpolicy", "offpolicy-learning", "offpolicy-cleanrl",
+                         "tunesweep", "profile", "sweep", "quick"}
+    cleanrl = ["--cleanrl", fake_cleanrl(tmp_path)]  # offpolicy-cleanrl runs CleanRL's own scripts: its checkout
     for preset, count in rows.items():
-        assert len(planned(preset)) == int(count), f"docs/benchmark.md: {preset} plans {len(planned(preset))} runs"
+        found = len(planned(preset, *cleanrl * (preset == "offpolicy-cleanrl")))
+        assert found == int(count), f"docs/benchmark.md: {preset} plans {found} runs"
     seeds = re.search(r"benchback-rl's three experiments \((\d+) runs\)", text)
     assert int(seeds[1]) == sum(int(rows[e]) for e in ("exp1", "exp2", "exp3"))
