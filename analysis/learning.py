@@ -11,8 +11,10 @@ from .output import color, variant_order
 from .stats import ALPHA, EQUIVALENCE_MARGIN, MODELS, tost_p, welch_p
 
 
-def plot_learning_curves(runs, against: str, out, name: str | None = None, caption: str | None = None):
-    """Episodic return against env steps or wall time: mean and min..max over repeats, per env."""
+def plot_learning_curves(runs, against: str, out, name: str | None = None, caption: str | None = None,
+                         style=lambda variant: "-"):
+    """Episodic return against env steps or wall time: mean and min..max over repeats, per env (style: each
+    variant's line style, where two variants of one framework share a panel)."""
     import matplotlib.pyplot as plt
 
     envs = sorted({r.env_id for r in runs})
@@ -33,13 +35,13 @@ def plot_learning_curves(runs, against: str, out, name: str | None = None, capti
                 continue
             grid = np.linspace(0, min(c[0][-1] for c in curves), 50)
             ys = np.array([np.interp(grid, x, y) for x, y in curves])
-            ax.plot(grid, ys.mean(0), color=color(v), label=f"{v} ({len(curves)})", lw=1.2)
+            ax.plot(grid, ys.mean(0), color=color(v), label=f"{v} ({len(curves)})", lw=1.2, ls=style(v))
             ax.fill_between(grid, ys.min(0), ys.max(0), color=color(v), alpha=0.15)
         ax.set(title=env, xlabel="env steps" if against == "steps" else "wall time (s)", ylabel="return")
         ax.legend(fontsize=6, title="variant (runs)", title_fontsize=6)
     for ax in axes.flat[len(envs):]:
         ax.axis("off")
-    models = " and ".join(sorted({r.model for r in runs}))
+    models = " and ".join(sorted({r.model for r in runs if not r.cleanrl}))  # CleanRL's runs have no size
     fig.suptitle(f"Return against {against}: {models} model, mean and min..max over runs")
     fig.tight_layout()
     name = name or ("learning_curves.png" if against == "steps" else "learning_curves_time.png")

@@ -10,6 +10,7 @@ import numpy as np
 
 from .dqn import (FINAL_STEPS, cleanrl_final, counterpart, filling, finals, learning_table, level_with_cleanrl,
                   run_length, steady)
+from .learning import plot_learning_curves
 from .output import NAMES, fmt, variant_order
 from .stats import below, median_range, not_below, pair_ratios, ratio_row, session_of, sessions_note
 from .target import target_of, time_to
@@ -95,6 +96,11 @@ def offpolicy_learning_section(runs, out, cleanrl=()):
                 f"last {FINAL_STEPS:,} env steps; target: 90% of the way from the runs' first return to the best "
                 f"script's median final one, as the PPO targets are set." + (cleanrl_note if theirs else ""),
                 sessions_note(runs))
+    plot_learning_curves(runs + theirs, "steps", out, name="offpolicy_learning.png",
+                         caption=f"Return against env steps on {env}, TD3's and SAC's twins"
+                                 + (" and CleanRL's own scripts" if theirs else "") + ": mean and min..max over "
+                                 "seeds, SAC's dashed. The scripts of one algorithm run it at the same settings, so "
+                                 "their curves should overlap.", style=lambda v: "--" if "sac_" in v else "-")
     for alg, name in ALGORITHMS.items():
         if mine := [r for r in runs if algorithm(r.variant) == alg]:
             with_theirs = mine + [r for r in theirs if r.variant.startswith(f"cleanrl_{alg}")]
