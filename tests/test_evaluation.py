@@ -13,7 +13,6 @@ delay. From that one run:
 The agent scripts' evaluation is agent i's: tests/test_agents.py checks it equals the
 single-agent script's with seed + i, which this file proves."""
 
-import dataclasses
 import time
 
 import numpy as np

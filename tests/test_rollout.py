@@ -9,7 +9,6 @@ MinAtar Breakout (boolean grids), each sub-env seeded as the vector env seeds it
 reset in the step its episode ends. Every rollout is two consecutive rollout() calls, the
 runner (env state, episode statistics) carried across as the script carries it."""
 
-import dataclasses
 from functools import cache, partial
 
 import numpy as np
