@@ -226,7 +226,7 @@ def level_with_cleanrl(out, name, mine, theirs):
     p = {v: x for v in {r.variant for r in mine} if not math.isnan(x := finals_p(mine + theirs, v))}
     smallest = min(p, key=p.get, default=None)  # of the scripts whose CleanRL counterpart ran
     out.claim(name, bool(p) and p[smallest] >= ALPHA, (),
-              f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no CleanRL counterpart ran")
+              f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no p: no CleanRL counterpart ran two seeds or more")
 
 
 def seeds_of(runs) -> str:

@@ -84,8 +84,9 @@ def offpolicy_learning_section(runs, out, cleanrl=()):
     theirs = [r for r in cleanrl if r.env_id == env]
     for r in theirs:
         r.summary["charts/episodic_return_final"] = cleanrl_final(r)
-    cleanrl_note = (" CleanRL's own td3_continuous_action.py, td3_continuous_action_jax.py and "
-                    "sac_continuous_action.py ran at the same settings and seeds; their final return is computed from "
+    ran = sorted({r.variant.removeprefix("cleanrl_") + ".py" for r in theirs})  # those run so far, seeds in the tables
+    cleanrl_note = (f" CleanRL's own {' and '.join([', '.join(ran[:-1]), ran[-1]] if len(ran) > 1 else ran)} ran at "
+                    "the same settings and seeds; their final return is computed from "
                     "their logged episodes the same way, and each script's finals are set against those of CleanRL's "
                     "script in its framework (SAC's Linen against CleanRL's PyTorch SAC, CleanRL having no JAX one; "
                     "Welch's t-test, two-sided p). CleanRL's scripts are not timed here.")

@@ -489,6 +489,8 @@ def test_offpolicy_learning_by_hand(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = (out / "REPORT.md").read_text()
     td3, sac = (report.split(f"### {alg} on HalfCheetah-v5: ")[1].split("###")[0] for alg in ("TD3", "SAC"))
+    # the note names the CleanRL scripts that ran, not the three the preset has
+    assert "CleanRL's own sac_continuous_action.py and td3_continuous_action.py ran at the same settings" in report
     assert "| CleanRL's td3_continuous_action.py (PyTorch) | 3,110, 3,120, 3,130 | 3 of 3 | – |" in td3
     # eager torch's 3,101..3,103 against td3_continuous_action.py's 3,110..3,130: Welch's p 0.088; Linen's
     # counterpart, td3_continuous_action_jax.py, did not run
