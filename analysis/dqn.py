@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .output import NAMES, fmt, variant_order
+from .output import NAMES, fmt, listed, variant_order
 from .stats import ALPHA, MIN_STEADY, below, median_range, not_below, pair_ratios, ratio_row, sessions_note, startup, welch_p
 from .target import first_return, target_of, time_to
 
@@ -233,7 +233,7 @@ def seeds_of(runs) -> str:
     seeds = sorted({r.seed for r in runs})
     if len(seeds) > 3 and seeds == list(range(seeds[0], seeds[-1] + 1)):
         return f"seeds {seeds[0]} to {seeds[-1]}"
-    return "seeds " + ", ".join(map(str, seeds[:-1])) + " and " * (len(seeds) > 1) + str(seeds[-1])
+    return "seeds " + listed(seeds)
 
 
 def learning_table(out, runs, target, block, title, timed=True):

@@ -11,7 +11,7 @@ import numpy as np
 from .dqn import (FINAL_STEPS, cleanrl_final, counterpart, filling, finals, learning_table, level_with_cleanrl,
                   run_length, steady)
 from .learning import plot_learning_curves
-from .output import NAMES, fmt, variant_order
+from .output import NAMES, fmt, listed, variant_order
 from .stats import below, median_range, not_below, pair_ratios, ratio_row, session_of, sessions_note
 from .target import target_of, time_to
 
@@ -85,7 +85,7 @@ def offpolicy_learning_section(runs, out, cleanrl=()):
     for r in theirs:
         r.summary["charts/episodic_return_final"] = cleanrl_final(r)
     ran = sorted({r.variant.removeprefix("cleanrl_") + ".py" for r in theirs})  # those run so far, seeds in the tables
-    cleanrl_note = (f" CleanRL's own {' and '.join([', '.join(ran[:-1]), ran[-1]] if len(ran) > 1 else ran)} ran at "
+    cleanrl_note = (f" CleanRL's own {listed(ran)} ran at "
                     "the same settings and seeds; their final return is computed from "
                     "their logged episodes the same way, and each script's finals are set against those of CleanRL's "
                     "script in its framework (SAC's Linen against CleanRL's PyTorch SAC, CleanRL having no JAX one; "

@@ -98,6 +98,12 @@ def fmt(x, digits=3) -> str:
     return str(x)
 
 
+def listed(items) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    items = [str(i) for i in items]
+    return ", ".join(items[:-1]) + " and " * (len(items) > 1) + items[-1]
+
+
 def markdown_table(header: list[str], rows: list[list]) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             + ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows])
