@@ -222,11 +222,14 @@ def finals_p(runs, variant: str) -> float:
 
 
 def level_with_cleanrl(out, name, mine, theirs):
-    """The claim that no script's finals differ from its CleanRL counterpart's (every Welch p at least ALPHA)."""
-    p = {v: x for v in {r.variant for r in mine} if not math.isnan(x := finals_p(mine + theirs, v))}
-    smallest = min(p, key=p.get, default=None)  # of the scripts whose CleanRL counterpart ran
-    out.claim(name, bool(p) and p[smallest] >= ALPHA, (),
-              f"the smallest p: {fmt(p[smallest], 2)} ({smallest})" if p else "no p: no CleanRL counterpart ran two seeds or more")
+    """The claim that no script's finals differ from its CleanRL counterpart's (every Welch p at least ALPHA): it
+    holds only once every script's counterpart has run two seeds or more."""
+    scripts = {r.variant for r in mine}
+    p = {v: x for v in scripts if not math.isnan(x := finals_p(mine + theirs, v))}
+    smallest, waiting = min(p, key=p.get, default=None), sorted(scripts - set(p))
+    said = [f"the smallest p: {fmt(p[smallest], 2)} ({smallest})"] if p else []
+    said += [f"no p yet for {listed(waiting)} (fewer than two seeds of its CleanRL counterpart)"] if waiting else []
+    out.claim(name, bool(p) and not waiting and p[smallest] >= ALPHA, (), "; ".join(said))
 
 
 def seeds_of(runs) -> str:
