@@ -15,7 +15,11 @@ OpenMP's threads sleep when idle (OMP_WAIT_POLICY=PASSIVE), unless the caller ch
 two workers share two cores, and torch's spinning threads then take the cores from each other
 and from XLA's. On this 2-core VM, 30 iterations of ppo_torch.py and of ppo_torch_gymnasium.py
 side by side took 2-3 min each with spinning threads and under 30 s with sleeping ones. Only the tests' speed depends on it:
-no test times anything, and the benchmark (bench.sh) leaves the policy to its tuning preset."""
+no test times anything, and the benchmark (bench.sh) leaves the policy to its tuning preset.
+
+Every Python process the tests start loads tests/lazy_imports/sitecustomize.py (the folder is put on
+PYTHONPATH, inherited by the workers and the scripts they run): the seaborn that gymnax's Pong renderer
+imports loads on first use, which no test makes, instead of at import (its docstring says what that saves)."""
 
 import os
 import shutil
@@ -26,6 +30,7 @@ SLOWEST = ("test_contract.py", "test_sac.py", "test_saving.py", "test_compilatio
            "test_vectorization.py", "test_guards.py", "test_bench.py", "test_rollout.py", "test_results.py",
            "test_analyze.py", "test_tune.py", "test_learning_more.py")
 CACHE = "JAX_COMPILATION_CACHE_DIR"
+LAZY_IMPORTS = os.path.join(os.path.dirname(__file__), "lazy_imports")
 
 
 def pytest_configure(config):
@@ -38,6 +43,8 @@ def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # xdist is installed (the README's command uses it)
         config.option.loadscopereorder = False
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool: inherited by all
+    if LAZY_IMPORTS not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [LAZY_IMPORTS, os.environ.get("PYTHONPATH")]))
     if CACHE not in os.environ:  # set once, by the process that starts the workers: they inherit it
         os.environ[CACHE] = tempfile.mkdtemp(prefix="benchback-jax-cache-")
         os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
