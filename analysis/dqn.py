@@ -228,7 +228,7 @@ def level_with_cleanrl(out, name, mine, theirs):
     p = {v: x for v in scripts if not math.isnan(x := finals_p(mine + theirs, v))}
     smallest, waiting = min(p, key=p.get, default=None), sorted(scripts - set(p))
     said = [f"the smallest p: {fmt(p[smallest], 2)} ({smallest})"] if p else []
-    said += [f"no p yet for {listed(waiting)} (fewer than two seeds of its CleanRL counterpart)"] if waiting else []
+    said += [f"no p yet for {listed(waiting)} (each one's CleanRL counterpart has fewer than two seeds)"] if waiting else []
     out.claim(name, bool(p) and not waiting and p[smallest] >= ALPHA, (), "; ".join(said))
 
 

@@ -412,7 +412,7 @@ def test_dqn_by_hand(tmp_path):
         assert report.split(f"| `{claim}` |")[1].split("|")[1].strip() == holds, claim
     # level with CleanRL only once every script has its p: dqn_jax.py did not run, so the JAX scripts have none
     assert report.split("| `dqn-finals-level-with-cleanrl` |")[1].split("|")[2].strip().endswith(
-        "; no p yet for dqn_linen and dqn_nnx (fewer than two seeds of its CleanRL counterpart)")
+        "; no p yet for dqn_linen and dqn_nnx (each one's CleanRL counterpart has fewer than two seeds)")
 
 
 def test_offpolicy_by_hand(tmp_path):
@@ -508,8 +508,8 @@ def test_offpolicy_learning_by_hand(tmp_path):
     assert f"| SAC | {torch} | 0.6 (0.6–0.6, 3 repeats) | 3.00x (3.00–3.00, 3 repeats) |" in report
     level = report.split("| `offpolicy-mujoco-finals-level-with-cleanrl` |")[1].split("|")
     assert level[1].strip() == "no" and level[2].strip() == (
-        "the smallest p: 2.7e-06 (sac_torch_gymnasium); no p yet for td3_linen_gymnasium (fewer than two seeds of "
-        "its CleanRL counterpart)")
+        "the smallest p: 2.7e-06 (sac_torch_gymnasium); no p yet for td3_linen_gymnasium (each one's CleanRL "
+        "counterpart has fewer than two seeds)")
 
 
 def test_offpolicy_cleanrl_by_hand(tmp_path):
