@@ -1,8 +1,8 @@
 """Loaded at start-up by every Python process the tests start (tests/conftest.py puts this folder on
 PYTHONPATH): gymnax imports seaborn, and with it scipy.stats, at import time for its Pong renderer,
 which no test draws with. Loaded lazily, on first use, it costs nothing to a process that never uses
-it: 1-2 s of the 3-5 s it takes to start a JAX script on a 2-core machine, paid by hundreds of short
-runs. Nothing else changes: used, it is the same module, loaded then."""
+it (`ppo_linen.py --help` started in 3.4 s instead of 5.4 s on a loaded 2-core machine; the whole
+suite gained a few percent). Nothing else changes: used, it is the same module, loaded then."""
 
 import importlib.abc
 import importlib.util
