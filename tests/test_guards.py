@@ -279,9 +279,10 @@ def test_the_bar_says_iteration_0_compiles_where_it_does(script, changes, guarde
 @pytest.mark.parametrize("script,changes", CASES, ids=IDS)
 def test_sync_timing_splits_measure_the_work(script, changes, guarded_runs):
     _, timed, work, _ = guarded_runs(script, changes)
-    # at least half of it: the machine's load may slow the calibration more than the run
-    rollout_work = STEPS * work[0] / 2
-    update_work = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"] * work[1] / 2
+    # at least a quarter of it (a missing sync leaves next to nothing): XLA's matmuls spread over every core, so
+    # a calibration made while the other test worker was busy took twice a run's (CI: 0.49 of it), load adds more
+    rollout_work = STEPS * work[0] / 4
+    update_work = TINY_ARGS["update_epochs"] * TINY_ARGS["num_minibatches"] * work[1] / 4
     for i, times in enumerate(timed, start=1):
         rest = times["iteration"] - times["rollout"] - times["update"]
         assert times["rollout"] >= rollout_work, f"iteration {i}: the rollout's {rollout_work:.4f} s of work " \
