@@ -249,9 +249,11 @@ def sessions_below(root: Path) -> dict[str, dict]:
 
 def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
     """Packs what the report reads of every complete run (run.json, summary.json, the event
-    files; not console logs) and the sessions' calibrations into one .tar.xz, with the list of
-    the runs it left out (partial, corrupt), which the report counts as skipped, and those an
-    unpacked archive among the roots had left out: (runs packed, runs left out with why)."""
+    files; not console logs), the sessions' calibrations, and each tune.py sweep's summary.json
+    (by which bench.sh --resume, run on the unpacked archive, skips the sweeps that ended) into one
+    .tar.xz, with the list of the runs it left out (partial, corrupt), which the report counts as
+    skipped, and those an unpacked archive among the roots had left out: (runs packed, runs left
+    out with why)."""
     count, left_out = 0, []
     with tarfile.open(archive, "w:xz", preset=9) as tar:
         for root in map(Path, roots):
@@ -270,7 +272,8 @@ def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
                     tar.add(f, arcname=inside(f))
                 if run.profile:  # its trace cut to the iteration the table reads
                     add_bytes(tar, inside(run.path / TRACE), packed_trace(run.path))
-            for f in calibration_files(root):
+            swept = {run.path.parents[2] / "summary.json" for run in runs if run.path.parts[-3] == "trials"}
+            for f in [*calibration_files(root), *sorted(f for f in swept if f.exists())]:
                 tar.add(f, arcname=inside(f))
             count += len(runs)
         add_bytes(tar, LEFT_OUT, json.dumps([[str(path), why] for path, why in left_out], indent=1).encode())
