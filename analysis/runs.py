@@ -272,7 +272,7 @@ def pack(roots: list[str], archive: str) -> tuple[int, list[tuple[Path, str]]]:
                     tar.add(f, arcname=inside(f))
                 if run.profile:  # its trace cut to the iteration the table reads
                     add_bytes(tar, inside(run.path / TRACE), packed_trace(run.path))
-            swept = {run.path.parents[2] / "summary.json" for run in runs if run.path.parts[-3] == "trials"}
+            swept = {run.path.parents[2] / "summary.json" for run in runs if run.path.parts[-3:-2] == ("trials",)}
             for f in [*calibration_files(root), *sorted(f for f in swept if f.exists())]:
                 tar.add(f, arcname=inside(f))
             count += len(runs)
