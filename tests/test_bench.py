@@ -358,8 +358,9 @@ def test_tunesweep_runs_the_same_configurations_each_way_and_analyze_reads_them(
     order (what the study's comparison rests on); a resumed sweep skips the calls that ended, also on the folder
     unpacked from analyze.py's archive of it (a study carried to another machine); analyze.py's table pairs the two
     ways."""
-    args = ("tunesweep", "--agent-counts", "2", "--variants", "linen,linen_agents", "--envs", "CartPole-v1",
-            "--iterations", "2", "--out", tmp_path, "--no-calibrate")
+    sweep = ("tunesweep", "--agent-counts", "2", "--variants", "linen,linen_agents", "--envs", "CartPole-v1",
+             "--iterations", "2", "--no-calibrate")
+    args = (*sweep, "--out", tmp_path)
     tiny = ["--", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
     proc = bench(*args, *tiny)
     assert proc.returncode == 0 and "2 ran, 0 skipped, 0 failed of 2 planned" in proc.stdout, proc.stdout + proc.stderr
@@ -376,12 +377,12 @@ def test_tunesweep_runs_the_same_configurations_each_way_and_analyze_reads_them(
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
     assert re.search(r"\| CartPole-v1 \| 2 \| Linen \(jax\.vmap\) \| [\d.]+x \(1 repeat\) \|",
                      (tmp_path / "results" / "REPORT.md").read_text())
-    packed = subprocess.run([sys.executable, str(ROOT / "analyze.py"), "archive", str(sweeps.parents[2]), "--out",
+    packed = subprocess.run([sys.executable, str(ROOT / "analyze.py"), "archive", str(tmp_path), "--out",
                              str(tmp_path / "sweep.tar.xz")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert packed.returncode == 0, packed.stderr[-2000:]
     with tarfile.open(tmp_path / "sweep.tar.xz") as tar:
         tar.extractall(tmp_path / "elsewhere", filter="data")
-    moved = bench(*args[:-3], "--out", tmp_path / "elsewhere" / tmp_path.name, "--no-calibrate", "--resume", *tiny)
+    moved = bench(*sweep, "--out", tmp_path / "elsewhere" / tmp_path.name, "--resume", *tiny)
     assert "0 ran, 2 skipped" in moved.stdout, moved.stdout + moved.stderr
 
 
