@@ -128,6 +128,38 @@ def tunesweep_section(runs, out):
               ["env", "configurations N", "population", "per trial: one by one / population", "population: best",
                "one by one: trials done in the population's time", "one by one: best by then",
                "one by one: best after all N"], rows, block="tunesweep-found")
+    tunesweep_claims(units, pairs, sorted(cells), out)
+
+
+JAX_POPULATIONS, TORCH_POPULATIONS = ("linen_agents", "nnx_agents"), ("torch_agents", "torch_agents_compile")
+
+
+def tunesweep_claims(units, pairs, cells, out):
+    """What the docs say of the sweep, decided in every cell (env, N) run and every repeat: whether a framework's
+    population costs less per trial than its trials one by one, whether it has found a better return by the time
+    it ends than its trials one by one have by then, and whether every JAX population costs less per trial than
+    every PyTorch one (each repeat's sweep, the whole ranges apart)."""
+    for v in FAMILIES:
+        mine = [pairs.get((env, n, v), []) for env, n in cells]
+        out.claim(f"tunesweep-{v}-cheaper-per-trial-than-one-by-one",
+                  cells and all(ps and min(per_trial(a) / per_trial(p) for a, p in ps) > 1 for ps in mine),
+                  ("cheaper",), "; ".join(f"{env} N={n}: one by one / population per trial "
+                                          f"{median_range([per_trial(a) / per_trial(p) for a, p in ps], ratio=True)}"
+                                          for (env, n), ps in zip(cells, mine) if ps))
+        ahead = [[(best_by(p)[0], best_by(a, p.summary["time/total"])[0]) for a, p in ps] for ps in mine]
+        out.claim(f"tunesweep-{v}-finds-better-by-its-end", cells and all(
+                  found and all(b is not None and (o is None or b > o) for b, o in found) for found in ahead),
+                  ("better",), "; ".join(f"{env} N={n}: population's best against one by one's by then, per repeat: "
+                                         + ", ".join(f"{b:.4g} / {'none done' if o is None else f'{o:.4g}'}"
+                                                     for b, o in found if b is not None)
+                                         for (env, n), found in zip(cells, ahead) if found))
+    times = {(env, n): {v: [per_trial(u) for u in units if (u.env_id, u.info["sweep_size"], u.variant) == (env, n, v)]
+                        for v in (*JAX_POPULATIONS, *TORCH_POPULATIONS)} for env, n in cells}
+    apart = lambda t: all(t.values()) and max(map(max, (t[v] for v in JAX_POPULATIONS))) < min(
+        map(min, (t[v] for v in TORCH_POPULATIONS)))
+    out.claim("tunesweep-jax-populations-cheaper-than-torchs", cells and all(map(apart, times.values())), ("cheaper",),
+              "; ".join(f"{env} N={n}, s per trial: " + ", ".join(f"{v} {median_range(x)}" for v, x in t.items() if x)
+                        for (env, n), t in times.items()))
 
 
 def paired(units) -> dict[tuple, list[tuple[Run, Run]]]:

@@ -1,6 +1,7 @@
 """analyze.py on event files the tests write themselves (known durations, so the expected
 speedups are worked out by hand), on broken runs, and on real tiny runs of the scripts."""
 
+import dataclasses
 import json
 import math
 import os
@@ -9,7 +10,8 @@ import sys
 
 import numpy as np
 import pytest
-from analysis import agents, continuous, cpuenv, docs, expensive, pixels, runs, stats
+from analysis import agents, continuous, cpuenv, docs, expensive, pixels, runs, stats, tunesweep
+from analysis.output import Output
 from helpers import ROOT, STEADY, TINY, cleanrl_run, load
 
 STARTUP = 1.5  # seconds from a fake run's start to its first iteration
@@ -906,12 +908,14 @@ def test_tunesweep_by_hand(tmp_path):
     against the same framework's trials one by one (a smaller sweep the one-by-one sweep's first trials), the best
     return each found in the population's time, and the decision table's row (each framework's fastest way)."""
     runs_dir, out = tmp_path / "runs", tmp_path / "results"
-    for seed in (1, 2, 3):  # one by one: Linen 10 s a trial, PyTorch 20; populations: Linen 5 s a trial at N = 4
+    for seed in (1, 2, 3):  # one by one: Linen 10 s a trial, PyTorch 20; populations: Linen 5 s a trial at N = 4,
+        # PyTorch 15 (22.5 in repeat 3) at N = 4 and 15 at N = 2
         fake_sweep(runs_dir, "linen", seed, 4, 10.0, [100.0, 300.0, 200.0, 400.0])
         fake_sweep(runs_dir, "torch", seed, 4, 20.0, [100.0, 300.0, 200.0, 400.0])
         fake_sweep(runs_dir, "linen_agents", seed, 4, 20.0, [150.0, 250.0, 350.0, 50.0])
         fake_sweep(runs_dir, "linen_agents", seed, 2, 12.0, [150.0, 250.0])
         fake_sweep(runs_dir, "torch_agents", seed, 4, 90.0 if seed == 3 else 60.0, [150.0, 250.0, 350.0, 50.0])
+        fake_sweep(runs_dir, "torch_agents", seed, 2, 30.0, [150.0, 250.0])
     fake_sweep(runs_dir, "linen", 1, 4, 10.0, [100.0, 300.0], session="cut")  # cut off after 2 of 4 trials
     out.mkdir()
     proc = analyze(runs_dir, "--out", out)
@@ -930,6 +934,21 @@ def test_tunesweep_by_hand(tmp_path):
     # the decision at N = 4: Linen's population against PyTorch's, 3, 3 and 4.5 times the time per trial
     assert ("| tuning sweep |" in report and "| Linen (jax.vmap) | PyTorch (torch.func) / Linen (jax.vmap) | "
             "3.43x (1 env, 3 repeats, range 3.00–4.50) |") in report
+    # what the docs may say: Linen's population is cheaper per trial in every repeat and has the better best by its
+    # end; PyTorch's is not (repeat 3: 22.5 s a trial against 20, and 400 found one by one by then against 350)
+    for claim, holds in (("linen_agents-cheaper-per-trial-than-one-by-one", "yes"),
+                         ("torch_agents-cheaper-per-trial-than-one-by-one", "no"),
+                         ("linen_agents-finds-better-by-its-end", "yes"), ("torch_agents-finds-better-by-its-end", "no")):
+        assert {n: h for n, _, h in docs.CLAIM_ROW.findall(report)}[f"tunesweep-{claim}"] == holds
+    # every JAX population against every PyTorch one, at N = 4: NNX as Linen, compiled PyTorch as eager
+    units = [u for u in tunesweep.sweeps(runs.find_runs([str(runs_dir)])[0])[0] if u.info["sweep_size"] == 4]
+    again = lambda v, w, slower=1.0: [dataclasses.replace(u, variant=w, summary={
+        **u.summary, "time/total": u.summary["time/total"] * slower}) for u in units if u.variant == v]
+    for slower, holds in ((1.0, True), (4.0, False)):  # planted: NNX's population as slow as PyTorch's
+        out = Output(tmp_path)
+        tunesweep.tunesweep_claims(units + again("linen_agents", "nnx_agents", slower) +
+                                   again("torch_agents", "torch_agents_compile"), {}, [("CartPole-v1", 4)], out)
+        assert out.claims["tunesweep-jax-populations-cheaper-than-torchs"][0] is holds
 
 
 def test_continuous_learning_against_the_bars(tmp_path):
