@@ -10,7 +10,8 @@ from helpers import ROOT
 from test_analyze import analyze
 
 ARCHIVE = "results/study.tar.xz"  # as the docs' command names it, relative to the project root
-ARCHIVES = [ARCHIVE, "results/gpu/runs.tar.xz", "results/profiles.tar.xz"]  # the CPU study's, the GPU's, the traces
+# the CPU study's, the GPU's, the traces, the tuning sweep's
+ARCHIVES = [ARCHIVE, "results/gpu/runs.tar.xz", "results/profiles.tar.xz", "results/tunesweep.tar.xz"]
 DOCS = ["README.md", "docs"]
 REGENERATE = f"python analyze.py {' '.join(ARCHIVES)} --out results --docs {' '.join(DOCS)}"
 pytestmark = pytest.mark.skipif(not (ROOT / ARCHIVE).exists(), reason=f"{ARCHIVE} is not committed yet")
