@@ -153,30 +153,34 @@ def tunesweep_claims(units, pairs, cells, out):
                                          + ", ".join(f"{b:.4g} / {'none done' if o is None else f'{o:.4g}'}"
                                                      for b, o in found if b is not None)
                                          for (env, n), found in zip(cells, ahead) if found))
-    times = defaultdict(lambda: defaultdict(list))  # (env, N) -> repeat -> [(variant, s per trial)]
-    for u in units:
-        if u.variant in (*JAX_POPULATIONS, *TORCH_POPULATIONS):
-            times[(u.env_id, u.info["sweep_size"])][tuple(map(str, repeat_of(u)))].append((u.variant, per_trial(u)))
-    both = lambda cell: [f for f in times[cell].values() if {v for v, _ in f} & {*JAX_POPULATIONS}
-                         and {v for v, _ in f} & {*TORCH_POPULATIONS}]
-    slowest_jax = lambda f: max(t for v, t in f if v in JAX_POPULATIONS)
-    fastest_torch = lambda f: min(t for v, t in f if v in TORCH_POPULATIONS)
+    repeats = defaultdict(list)  # (env, N) -> [{variant: s per trial}, one per repeat holding JAX's and PyTorch's]
+    for (env, n, *_), found in sorted(by_repeat(units).items()):
+        if {*JAX_POPULATIONS} & found.keys() and {*TORCH_POPULATIONS} & found.keys():
+            repeats[(env, n)].append({v: per_trial(u) for v, u in found.items()})
+    slowest_jax = lambda t: max(t[v] for v in JAX_POPULATIONS if v in t)
+    fastest_torch = lambda t: min(t[v] for v in TORCH_POPULATIONS if v in t)
     out.claim("tunesweep-jax-populations-cheaper-than-torchs", cells and all(
-              both(cell) and all(slowest_jax(f) < fastest_torch(f) for f in both(cell)) for cell in cells), ("cheaper",),
-              "; ".join(f"{env} N={n}, the slowest JAX population's s per trial against the fastest PyTorch one's, per "
-                        "repeat: " + ", ".join(f"{slowest_jax(f):.3g} / {fastest_torch(f):.3g}" for f in both((env, n)))
-                        for env, n in cells))
+              repeats[cell] and all(slowest_jax(t) < fastest_torch(t) for t in repeats[cell]) for cell in cells),
+              ("cheaper",), "; ".join(f"{env} N={n}, the slowest JAX population's s per trial against the fastest "
+                                      "PyTorch one's, per repeat: " + ", ".join(
+                                          f"{slowest_jax(t):.3g} / {fastest_torch(t):.3g}" for t in repeats[(env, n)])
+                                      for env, n in cells))
 
 
 def paired(units) -> dict[tuple, list[tuple[Run, Run]]]:
     """{(env, N, population variant): [(the one-by-one sweep, the population), one per repeat]}: a repeat's
     sweeps (same seed, session and device), never across them."""
-    by = defaultdict(dict)
-    for u in units:
-        by[(u.env_id, u.info["sweep_size"], *map(str, repeat_of(u)))][u.variant] = u
     out = defaultdict(list)
-    for (env, n, *_), found in sorted(by.items()):
+    for (env, n, *_), found in sorted(by_repeat(units).items()):
         for v in FAMILIES:
             if v in found and (alone := found.get(SAME_WAY.get(v, FAMILIES[v]))):
                 out[(env, n, v)].append((alone, found[v]))
     return out
+
+
+def by_repeat(units) -> dict[tuple, dict[str, Run]]:
+    """{(env, N, *the repeat): {variant: its sweep}}: the sweeps of one repeat (same seed, session and device)."""
+    by = defaultdict(dict)
+    for u in units:
+        by[(u.env_id, u.info["sweep_size"], *map(str, repeat_of(u)))][u.variant] = u
+    return by
