@@ -121,11 +121,17 @@ def offpolicy_learning_section(runs, out, cleanrl=()):
               ["algorithm", "script", "steady s / 1,000 steps", "over Linen, steady"], rows, block="offpolicy-mujoco")
 
 
-def over_cleanrl(runs, theirs, variant: str) -> np.ndarray | None:
-    """The variant's steady time over its CleanRL counterpart's, one ratio per repeat whose session ran both."""
-    def by_repeat(runs, v):
-        return {(r.env_id, r.seed, session_of(r)): x for r in runs if r.variant == v and (x := steady(r)) is not None}
-    mine, cleanrl = by_repeat(runs, variant), by_repeat(theirs, counterpart(variant))
+def steadies(runs, variant: str) -> list:
+    """(run, its steady time) for each of the variant's runs long enough to have one."""
+    return [(r, x) for r in runs if r.variant == variant and (x := steady(r)) is not None]
+
+
+def over_cleanrl(mine: list, cleanrl: list) -> np.ndarray | None:
+    """A variant's steady time over its CleanRL counterpart's (steadies() of each), one ratio per repeat whose
+    session ran both."""
+    def by_repeat(timed):
+        return {(r.env_id, r.seed, session_of(r)): x for r, x in timed}
+    mine, cleanrl = by_repeat(mine), by_repeat(cleanrl)
     found = [x / cleanrl[key] for key, x in sorted(mine.items()) if key in cleanrl and key[2] is not None]
     return np.array(found) if found else None
 
@@ -145,11 +151,12 @@ def offpolicy_cleanrl_section(runs, out, cleanrl):
                 f"having no JAX one).", sessions_note(runs + theirs))
     rows, found = [], {}
     for v in variant_order({r.variant for r in runs}):
-        cp, found[v] = counterpart(v), over_cleanrl(runs, theirs, v)
-        mine = [x for r in runs if r.variant == v and (x := steady(r)) is not None]
-        their = [x for r in theirs if r.variant == cp and (x := steady(r)) is not None]
-        rows.append([ALGORITHMS[algorithm(v)], NAMES.get(v, v), median_range(mine) if mine else "too short",
-                     NAMES.get(cp, cp), median_range(their) if their else "not run",
+        cp = counterpart(v)
+        mine, their = steadies(runs, v), steadies(theirs, cp)
+        found[v] = over_cleanrl(mine, their)
+        rows.append([ALGORITHMS[algorithm(v)], NAMES.get(v, v),
+                     median_range([x for _, x in mine]) if mine else "too short",
+                     NAMES.get(cp, cp), median_range([x for _, x in their]) if their else "not run",
                      median_range(found[v], ratio=True) if found[v] is not None else "–"])
     out.table(f"TD3 and SAC on {env} beside CleanRL's scripts: seconds per 1,000 env steps while training, and "
               f"each script's over its CleanRL counterpart's (time of A / time of B, median (range, n repeats), pairs "
