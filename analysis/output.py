@@ -99,8 +99,8 @@ def fmt(x, digits=3) -> str:
 
 
 def listed(items) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    items = [str(i) for i in items]
+    """'a', 'a and b', 'a, b and c'; 'none' of no item."""
+    items = [str(i) for i in items] or ["none"]
     return ", ".join(items[:-1]) + " and " * (len(items) > 1) + items[-1]
 
 
