@@ -148,14 +148,17 @@ def agent_seeds(args: Args):
 
 
 class Hyper(NamedTuple):
-    """What a population sweep sets per agent, as tensors over the agents: vmap gives agent i its own."""
-    learning_rate: torch.Tensor
+    """What a population sweep sets per agent in the loss, as tensors over the agents: vmap gives agent i its own.
+    Its learning rate is its own Adam param group's (make_agents)."""
     ent_coef: torch.Tensor
     clip_coef: torch.Tensor
 
 
+PER_AGENT = ("learning_rate", *Hyper._fields)  # what takes one value per agent
+
+
 def agent_hyper(args: Args, device=None) -> Hyper:
-    """--learning-rates, --ent-coefs, --clip-coefs, or each agent the single value of --learning-rate, ..."""
+    """--ent-coefs, --clip-coefs, or each agent the single value of --ent-coef, ..."""
     return Hyper(*(torch.tensor(getattr(args, f"{name}s") or [getattr(args, name)] * args.num_agents, device=device)
                    for name in Hyper._fields))
 
@@ -1215,7 +1218,7 @@ def check_args(args: Args):
         fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
     if args.model == "cnn":
         fail("--model cnn is not in the agent scripts: one agent per process with ppo_torch.py --model cnn")
-    for name in Hyper._fields:  # one value per agent, each in its single argument's range
+    for name in PER_AGENT:  # one value per agent, each in its single argument's range
         if (values := getattr(args, f"{name}s")) and len(values) != args.num_agents:
             fail(f"{name}s takes one value per agent: {len(values)} given for {args.num_agents} agents")
         for value in values:
