@@ -86,6 +86,18 @@ def one_line_refusal(code: int, err: str, log_dir: Path) -> str:
     return err
 
 
+def bench(*args, python=sys.executable, timeout=900, env=None, **popen) -> subprocess.CompletedProcess:
+    """bash bench.sh ARGS, its runs started with python."""
+    return subprocess.run(["bash", str(ROOT / "bench.sh"), *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {}), "PYTHON": str(python)}, **popen)
+
+
+def analyze(*args) -> subprocess.CompletedProcess:
+    """python analyze.py ARGS, as a user runs it."""
+    return subprocess.run([sys.executable, str(ROOT / "analyze.py"), *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
 def run_ok(script: str, *args: str, log_dir) -> Path:
     """Runs the script, checks it succeeded, and returns the one run directory it made."""
     before = set(Path(log_dir).glob("*")) if Path(log_dir).exists() else set()
@@ -166,6 +178,16 @@ def cleanrl_run(root, exp_name, seed, total_timesteps, returns, env_id="CartPole
 
 REGIONS = ("rollout", "env_step", "policy_step", "update", "minibatch_step")  # --profile's names: PPO's
 OFFPOLICY_REGIONS = ("iteration", "policy_step", "env_step", "buffer", "update")  # DQN's, TD3's and SAC's
+
+
+def offpolicy_tiny(total_timesteps: int, learning_starts: int, log_frequency: int, profiled_log_frequency: int):
+    """An off-policy test file's tiny run, and the same run with the shorter iterations --profile is given:
+    --profile traces a run's last two iterations, and the trace's size (and the seconds the profilers take to
+    write it, and the test to read it) grows with the steps in it."""
+    def tiny(every):
+        return ["--total-timesteps", str(total_timesteps), "--learning-starts", str(learning_starts),
+                "--log-frequency", str(every), "--buffer-size", "1000", "--batch-size", "32"]
+    return tiny(log_frequency), tiny(profiled_log_frequency)
 
 
 def traced(run_dir) -> tuple[collections.Counter, bytes]:

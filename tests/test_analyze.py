@@ -4,15 +4,12 @@ speedups are worked out by hand), on broken runs, and on real tiny runs of the s
 import dataclasses
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from analysis import agents, continuous, cpuenv, docs, expensive, pixels, runs, stats, tunesweep
 from analysis.output import Output
-from helpers import ROOT, STEADY, TINY, cleanrl_run, load
+from helpers import STEADY, TINY, analyze, bench, cleanrl_run, load
 
 STARTUP = 1.5  # seconds from a fake run's start to its first iteration
 
@@ -68,11 +65,6 @@ def synthetic(tmp_path):
     # the x axis without measuring: CartPole steps twice as fast as Acrobot
     (out / "envtime.json").write_text(json.dumps({"CartPole-v1": 1e-5, "Acrobot-v1": 2e-5}))
     return runs, out
-
-
-def analyze(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "analyze.py"), *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
 
 
 def test_speedups_by_hand(synthetic):
@@ -781,10 +773,8 @@ def test_envtime_measures_and_caches(tmp_path):
 def test_pipeline_on_real_tiny_runs(tmp_path):
     """bench.sh runs two scripts for real; analyze.py turns their logs into the report."""
     runs_dir = tmp_path / "runs"
-    bench = subprocess.run(["bash", str(ROOT / "bench.sh"), "exp2", "--envs", "CartPole-v1", "--variants",
-                            "linen,torch", "--out", str(runs_dir), "--", *TINY, *STEADY], cwd=ROOT, capture_output=True,
-                           text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
-    assert bench.returncode == 0, bench.stdout + bench.stderr
+    swept = bench("exp2", "--envs", "CartPole-v1", "--variants", "linen,torch", "--out", runs_dir, "--", *TINY, *STEADY)
+    assert swept.returncode == 0, swept.stdout + swept.stderr
     proc = analyze(runs_dir, "--out", tmp_path / "results")
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / "results" / "REPORT.md").read_text()

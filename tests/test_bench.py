@@ -13,12 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TINY
-
-
-def bench(*args, python=sys.executable, timeout=900, env=None, **popen) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "bench.sh"), *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {}), "PYTHON": str(python)}, **popen)
+from helpers import ROOT, TINY, analyze, bench
 
 
 def planned(*args) -> list[str]:
@@ -372,13 +367,11 @@ def test_tunesweep_runs_the_same_configurations_each_way_and_analyze_reads_them(
     assert all(json.loads(p.read_text())["trials"] == {"complete": 2} for p in sweeps.glob("*/summary.json"))
     again = bench(*args, "--resume", *tiny)
     assert "0 ran, 2 skipped" in again.stdout, again.stdout + again.stderr
-    report = subprocess.run([sys.executable, str(ROOT / "analyze.py"), str(tmp_path), "--out",
-                             str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    report = analyze(tmp_path, "--out", tmp_path / "results")
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
     assert re.search(r"\| CartPole-v1 \| 2 \| Linen \(jax\.vmap\) \| [\d.]+x \(1 repeat\) \|",
                      (tmp_path / "results" / "REPORT.md").read_text())
-    packed = subprocess.run([sys.executable, str(ROOT / "analyze.py"), "archive", str(tmp_path), "--out",
-                             str(tmp_path / "sweep.tar.xz")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    packed = analyze("archive", tmp_path, "--out", tmp_path / "sweep.tar.xz")
     assert packed.returncode == 0, packed.stderr[-2000:]
     with tarfile.open(tmp_path / "sweep.tar.xz") as tar:
         tar.extractall(tmp_path / "elsewhere", filter="data")

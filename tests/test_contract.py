@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from analysis import profiles
 from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, ONE_AGENT_SCRIPTS, REGIONS, ROOT, SCRIPTS, SYNC_TAGS, TAGS, TINY,
-                     TINY_ARGS, check_profiled, frameworks, load, ran_in_process, read_json, run, run_ok, scalars,
+                     TINY_ARGS, analyze, check_profiled, frameworks, load, ran_in_process, read_json, run, run_ok, scalars,
                      summary_keys, wall_times)
 
 # SPEC section 2: the shared fields and their defaults, identical in every script
@@ -202,7 +202,6 @@ def test_analyze_reads_the_traces_into_its_table(tiny_runs, tmp_path):
     import shutil
     import tarfile
 
-    from test_analyze import analyze
 
     for script in ("ppo_linen.py", "ppo_torch.py"):
         shutil.copytree(tiny_runs[script][1], tmp_path / "profile" / "r1" / tiny_runs[script][1].name)

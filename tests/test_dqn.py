@@ -9,14 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-from helpers import (DQN_SCRIPTS, OFFPOLICY_REGIONS, check_profiled, load, read_json,
+from helpers import (DQN_SCRIPTS, OFFPOLICY_REGIONS, check_profiled, load, offpolicy_tiny, read_json,
                      ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 
-TINY = ["--total-timesteps", "2000", "--learning-starts", "500", "--log-frequency", "125", "--buffer-size", "1000",
-        "--batch-size", "32"]
-# --profile traces a run's last two iterations: shorter ones there, as the trace's size (and the seconds the
-# profilers take to write it, and the test to read it) grows with the steps in it
-PROFILED = [*TINY[:4], "--log-frequency", "25", *TINY[6:]]
+TINY, PROFILED = offpolicy_tiny(2000, 500, 125, 25)
 
 
 class Linen:

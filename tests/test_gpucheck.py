@@ -3,12 +3,11 @@ and says so; its probe still attaches to a script's own main (so a change to the
 it fails here, on a CPU); and each check fails on the fault it is there to catch."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, TINY_ARGS
+from helpers import ROOT, TINY_ARGS, bench
 
 sys.path.insert(0, str(ROOT))
 import gpucheck  # noqa: E402
@@ -34,8 +33,7 @@ def failed(facts, name="ppo_torch_compile.py") -> list[str]:
 
 
 def test_without_a_gpu_it_fails_and_says_why(tmp_path):
-    proc = subprocess.run(["bash", str(ROOT / "bench.sh"), "gpucheck", "--out", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})
+    proc = bench("gpucheck", "--out", tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL  a GPU both frameworks use: torch.cuda.is_available() False, JAX backend cpu" in proc.stdout
 

@@ -6,8 +6,7 @@ import shutil
 
 import pytest
 from analysis import docs
-from helpers import ROOT
-from test_analyze import analyze
+from helpers import ROOT, analyze
 
 ARCHIVE = "results/study.tar.xz"  # as the docs' command names it, relative to the project root
 # the CPU study's, the GPU's, the traces, the tuning sweep's

@@ -12,14 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, STEADY, TINY
+from helpers import STEADY, TINY, bench
 
 INSTALL = "apt-get install -y slurm-wlm (Debian's SLURM: slurmctld, slurmd, sbatch)"
-
-
-def bench(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "bench.sh"), *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHON": sys.executable, **(env or {})})
 
 
 def test_slurm_needs_sbatch(tmp_path):
@@ -163,7 +158,7 @@ def test_sweep_on_a_live_slurm_cluster(slurm_cluster, tmp_path):
     failing.chmod(0o755)
     plan = ["exp2", "--envs", "CartPole-v1", "--variants", "linen,torch", "--repeats", "2", "--out", out,
             "--no-calibrate"]
-    proc = bench(*plan, "--slurm", "2", "--", *TINY, *STEADY, env={**env, "PYTHON": str(failing)})
+    proc = bench(*plan, "--slurm", "2", "--", *TINY, *STEADY, env=env, python=failing)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wait_for(submitted(proc), env)
 

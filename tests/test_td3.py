@@ -10,15 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, TD3_SCRIPTS, check_profiled, load, read_json,
+from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, TD3_SCRIPTS, check_profiled, load, offpolicy_tiny, read_json,
                      ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 from test_sac import ADAPTERS as SAC_ADAPTERS
 
-TINY = ["--total-timesteps", "600", "--learning-starts", "200", "--log-frequency", "50", "--buffer-size", "1000",
-        "--batch-size", "32"]
-# --profile traces a run's last two iterations: shorter ones there, as the trace's size (and the seconds the
-# profilers take to write it, and the test to read it) grows with the steps in it
-PROFILED = [*TINY[:4], "--log-frequency", "10", *TINY[6:]]
+TINY, PROFILED = offpolicy_tiny(600, 200, 50, 10)
 BOUNDS = ((-2.0,), (2.0,))  # Pendulum-v1's torque
 OBS_DIM, ACTION_DIM = 3, 1
 
