@@ -15,6 +15,7 @@ The experiments live in the analysis/ package, one module each.
 """
 
 import json
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,7 +186,7 @@ class Archive:
     runs: tyro.conf.Positional[tuple[str, ...]] = ("runs",)
     """folders holding run directories; each goes in the archive under its own name"""
     out: str = "results/study.tar.xz"
-    """the archive to write"""
+    """the archive to write: a new file, or one not yet committed (a committed archive is never rewritten)"""
 
 
 @dataclass
@@ -204,9 +205,26 @@ class EnvTime:
     """measure again even if the cache has the env"""
 
 
+def committed(path: str) -> bool:
+    """Whether git tracks this file (in the repository around it, if any)."""
+    where = Path(path).resolve()
+    if not where.exists():
+        return False
+    try:
+        ask = subprocess.run(["git", "ls-files", "--error-unmatch", where.name], cwd=where.parent, capture_output=True)
+    except FileNotFoundError:  # no git: nothing is committed here
+        return False
+    return ask.returncode == 0
+
+
 def main() -> int:
     if sys.argv[1:2] == ["archive"]:
         args = tyro.cli(Archive, args=sys.argv[2:], prog="analyze.py archive")
+        if committed(args.out):
+            console.print(f"[red]error[/]: {args.out} is committed, and a committed archive is never rewritten: every "
+                          "version stays in each clone's history. Pack the new runs into an archive of their own "
+                          "(--out results/<study>-<what it adds>.tar.xz) and pass both to analyze.py")
+            return 2
         count, left_out = pack(list(args.runs), args.out)
         for path, why in left_out:
             console.print(f"[yellow]warning[/]: left out {path}: {why}")

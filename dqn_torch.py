@@ -29,7 +29,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
-from typing import Callable, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
 import gymnax
@@ -182,144 +182,19 @@ def env_step(state: EnvState, action, env, env_params, num_envs):
     return EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length)), step
 
 
-# The envs in torch (--torch-env), ppo_torch.py's discrete ones, formula for formula: Gymnax's classic-control
-# step_env on a (num_envs, ...) batch on torch's device. Spaces and time limits are the Gymnax env's own; a fresh
-# state is uniform in Gymnax's box, drawn by torch's generator.
-def cartpole(s, action):
-    """CartPole-v1: one Euler step of cart and pole. Gymnax's reward, 1 unless the state before had
-    fallen, is always 1 here: a fallen pole is reset in the step it falls."""
-    gravity, masspole, total_mass, length, polemass_length = 9.8, 0.1, 1.0 + 0.1, 0.5, 0.05
-    force_mag, tau, x_threshold, theta_threshold = 10.0, 0.02, 2.4, 12 * 2 * math.pi / 360
-    x, x_dot, theta, theta_dot = s.unbind(-1)
-    force = force_mag * action - force_mag * (1 - action)
-    costheta, sintheta = torch.cos(theta), torch.sin(theta)
-    temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass
-    thetaacc = (gravity * sintheta - costheta * temp) / (length * (4.0 / 3.0 - masspole * costheta**2 / total_mass))
-    xacc = temp - polemass_length * thetaacc * costheta / total_mass
-    x, x_dot = x + tau * x_dot, x_dot + tau * xacc
-    theta, theta_dot = theta + tau * theta_dot, theta_dot + tau * thetaacc
-    fallen = (x.abs() > x_threshold) | (theta.abs() > theta_threshold)
-    return torch.stack([x, x_dot, theta, theta_dot], -1), torch.ones_like(x), fallen
-
-
-def acrobot_dsdt(s, a):
-    """The acrobot's equations of motion (the "book" version) under torque a: the state's time derivative."""
-    m1, m2, l1, lc1, lc2, i1, i2, g = 1.0, 1.0, 1.0, 0.5, 0.5, 1.0, 1.0, 9.8
-    theta1, theta2, dtheta1, dtheta2 = s.unbind(-1)
-    d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * torch.cos(theta2)) + i1 + i2
-    d2 = m2 * (lc2**2 + l1 * lc2 * torch.cos(theta2)) + i2
-    phi2 = m2 * lc2 * g * torch.cos(theta1 + theta2 - math.pi / 2.0)
-    phi1 = (-m2 * l1 * lc2 * dtheta2**2 * torch.sin(theta2)
-            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * torch.sin(theta2)
-            + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2) + phi2)
-    ddtheta2 = ((a + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1**2 * torch.sin(theta2) - phi2)
-                / (m2 * lc2**2 + i2 - d2**2 / d1))
-    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
-    return torch.stack([dtheta1, dtheta2, ddtheta1, ddtheta2], -1)
-
-
-def wrap(x, m=-math.pi, big_m=math.pi):
-    """An angle into [m, big_m), as Gymnax wraps it."""
-    diff, go_up, go_down = big_m - m, x < m, x >= big_m
-    how_often = go_up * torch.ceil((m - x) / diff) + go_down * torch.floor((x - big_m) / diff + 1)
-    return x - how_often * diff * go_down + how_often * diff * go_up
-
-
-def acrobot(s, action):
-    """Acrobot-v1: one RK4 step of dt 0.2 under the action's torque (-1, 0 or +1; no noise), angles wrapped,
-    speeds clipped; reward -1 until the tip swings a link's length above the bar."""
-    torque, dt = (action - 1).float(), 0.2
-    k1 = acrobot_dsdt(s, torque)
-    k2 = acrobot_dsdt(s + dt / 2.0 * k1, torque)
-    k3 = acrobot_dsdt(s + dt / 2.0 * k2, torque)
-    k4 = acrobot_dsdt(s + dt * k3, torque)
-    ns = s + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-    s = torch.stack([wrap(ns[:, 0]), wrap(ns[:, 1]), ns[:, 2].clamp(-4 * math.pi, 4 * math.pi),
-                     ns[:, 3].clamp(-9 * math.pi, 9 * math.pi)], -1)
-    up = -torch.cos(s[:, 0]) - torch.cos(s[:, 1] + s[:, 0]) > 1.0
-    return s, -1.0 * ~up, up
-
-
-def mountain_car(s, action):
-    """MountainCar-v0: the car pushed left, not at all, or right; reward -1 until it is up the right hill."""
-    position, velocity = s.unbind(-1)
-    velocity = (velocity + (action - 1) * 0.001 - torch.cos(3 * position) * 0.0025).clamp(-0.07, 0.07)
-    position = (position + velocity).clamp(-1.2, 0.6)
-    velocity = velocity * ~((position == -1.2) & (velocity < 0))  # the left wall stops it
-    goal = (position >= 0.5) & (velocity >= 0.0)
-    return torch.stack([position, velocity], -1), torch.full_like(position, -1.0), goal
-
-
-def cos_sin(s, angles: int):
-    """The observation of a state whose first entries are angles: the cos and sin of each, then the rest."""
-    trig = [f(s[:, i]) for i in range(angles) for f in (torch.cos, torch.sin)]
-    return torch.cat([torch.stack(trig, -1), s[:, angles:]], -1)
-
-
-TORCH_ENVS = {  # each one's step, observation and start box (Gymnax's reset_env: uniform from low to high)
-    "CartPole-v1": (cartpole, lambda s: s, (-0.05,) * 4, (0.05,) * 4),
-    "Acrobot-v1": (acrobot, lambda s: cos_sin(s, 2), (-0.1,) * 4, (0.1,) * 4),
-    "MountainCar-v0": (mountain_car, lambda s: s, (-0.6, 0.0), (-0.4, 0.0)),
-}
-
-
-class TorchEnv(NamedTuple):
-    """A Gymnax env in torch: its step and observation, its start box on torch's device, and the Gymnax env
-    whose spaces it has (and whose params, the time limit among them, the vector step takes)."""
-    step: Callable  # (states, actions) -> (next states, rewards, terminated)
-    observe: Callable  # states -> observations
-    low: torch.Tensor
-    high: torch.Tensor
-    gymnax: object
-
-    def action_space(self, params):
-        return self.gymnax.action_space(params)
-
-    def observation_space(self, params):
-        return self.gymnax.observation_space(params)
-
-    def fresh(self, num_envs: int, generator=None):
-        """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator, or this one)."""
-        # passed only when given: torch.rand with a generator takes no symbolic sizes, which torch.compile may make
-        mine = {} if generator is None else {"generator": generator}
-        draw = torch.rand(num_envs, len(self.low), device=self.low.device, **mine)
-        return torch.lerp(self.low, self.high, draw)
-
-
 def make_torch_env(env_id: str, device):
-    """The env in torch and the Gymnax env's params, or exit 2 if it has none."""
-    if env_id not in TORCH_ENVS:
-        fail(f"--torch-env has no torch twin of {env_id!r}; it has {', '.join(TORCH_ENVS)}")
-    step, observe, low, high = TORCH_ENVS[env_id]
+    """--torch-env: the Gymnax env written in torch (torch_envs.py, a module beside this script) and its params."""
+    try:
+        import torch_envs  # only here: a copy of this script without it runs on Gymnax
+    except ModuleNotFoundError as e:
+        if e.name != "torch_envs":
+            raise
+        fail("--torch-env needs torch_envs.py (benchback's envs written in torch) beside this script")
     env, env_params = make_env(env_id)
-    low, high = torch.tensor(low, device=device), torch.tensor(high, device=device)
-    return TorchEnv(step, observe, low, high, env), env_params
-
-
-def torch_env_reset(env: TorchEnv, num_envs: int, generator=None):
-    """Fresh envs: (observations, EnvState); the state of each env is its physics and its time step."""
-    physics = env.fresh(num_envs, generator)
-    zeros = lambda dtype=torch.float32: torch.zeros(num_envs, dtype=dtype, device=physics.device)
-    # three tensors, not one three times: torch.compile would guard on the aliasing and compile again
-    return env.observe(physics), EnvState(None, (physics, zeros(torch.int32)), zeros(), zeros())
-
-
-def torch_env_step(state: EnvState, action, env: TorchEnv, env_params):
-    """env_step with the env in torch: every env steps, one that ended (terminated, or reached the time limit)
-    starts a fresh episode in the same step, and the statistics are kept as env_step keeps them."""
-    physics, elapsed = state.env
-    physics, reward, terminated = env.step(physics, action)
-    elapsed = elapsed + 1
-    truncated = elapsed >= env_params.max_steps_in_episode
-    done = terminated | truncated
-    final_obs = env.observe(physics)
-    physics, elapsed = torch.where(done[:, None], env.fresh(len(physics)), physics), torch.where(done, 0, elapsed)
-    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
-    step = EnvStep(env.observe(physics), reward, terminated, truncated, final_obs,
-                   torch.where(done, episode_return, 0.0), torch.where(done, episode_length, 0.0))
-    state = EnvState(None, (physics, elapsed), torch.where(done, 0.0, episode_return),
-                     torch.where(done, 0.0, episode_length))
-    return state, step
+    if env_id not in torch_envs.ENVS:
+        twins = [e for e in torch_envs.ENVS if e in supported_env_ids()]
+        fail(f"--torch-env has no torch twin of {env_id!r}; it has {', '.join(twins)}")
+    return torch_envs.TorchEnv.make(env_id, env, env_params, device), env_params
 
 
 # %% model
@@ -521,9 +396,9 @@ def evaluate(q_network, key, env, env_params, num_episodes: int, epsilon: float,
     host = lambda x: torch.from_dlpack(x).cpu().numpy()  # a JAX array or a tensor, on any device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # training's stream left as is
         torch.manual_seed(seed)
-        if isinstance(env, TorchEnv):  # its fresh states drawn by torch's generator, not from the key
-            obs, env_state = torch_env_reset(env, num_episodes)
-            step = partial(torch_env_step, env=env, env_params=env_params)
+        if hasattr(env, "dynamics"):  # its fresh states drawn by torch's generator, not from the key
+            obs, env_state = env.reset(num_episodes)
+            step = partial(env.step, env_params=env_params)
         else:
             obs, env_state = env_reset(key, env, env_params, num_episodes)
             jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
@@ -715,8 +590,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
         optimizer.load_state_dict(saved["optimizer"])
     buffer = Buffer(args.buffer_size, math.prod(obs_shape), device, args.buffer == "host", args.seed)
     if args.torch_env:  # reset after the weights are drawn: a seed's weights are the same with either env
-        obs, env_state = torch_env_reset(env, args.num_envs)
-        env_step_fn = partial(torch_env_step, env=env, env_params=env_params)
+        obs, env_state = env.reset(args.num_envs)
+        env_step_fn = partial(env.step, env_params=env_params)
     else:
         jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs), donate_argnums=0)
         env_step_fn = lambda state, action: jax_step(state, to_jax(action))  # torch's action handed to JAX

@@ -149,7 +149,7 @@ def torch_actions(space, args: Args, device):
 
 
 def torch_rollouts(m, args: Args):
-    """Rollout times: ppo_torch.py's torch_env_step (--torch-env), one call per step; torch-compile
+    """Rollout times: the env in torch's step (torch_envs.py, ppo_torch.py --torch-env), one call per step; torch-compile
     compiles it as ppo_torch_compile.py compiles it (fullgraph; on CUDA, CUDA graphs, whose outputs
     are copied before the next replay)."""
     import jax
@@ -158,8 +158,8 @@ def torch_rollouts(m, args: Args):
     device = m.torch_device()
     env, env_params = m.make_torch_env(args.env_id, device)
     torch.manual_seed(args.seed)
-    _, state = m.torch_env_reset(env, args.num_envs)
-    step = partial(m.torch_env_step, env=env, env_params=env_params)
+    _, state = env.reset(args.num_envs)
+    step = partial(env.step, env_params=env_params)
     keep = lambda outputs: outputs
     if args.backend == "torch-compile":
         step = torch.compile(step, mode="reduce-overhead" if device.type == "cuda" else "default", fullgraph=True)

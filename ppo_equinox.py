@@ -185,7 +185,7 @@ def make_env(env_id: str):
 
 class Running(NamedTuple):
     """A running mean and variance (Gymnasium's RunningMeanStd), merged batch by batch; the batch's
-    population variance (correction=0), in JAX arrays or, for the envs in torch, torch tensors."""
+    population variance (correction=0)."""
     mean: jax.Array
     var: jax.Array
     count: jax.Array

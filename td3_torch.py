@@ -31,7 +31,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
-from typing import Callable, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
 import gymnax
@@ -181,99 +181,19 @@ def env_step(state: EnvState, action, env, env_params, num_envs):
     return EnvState(key, env_state, jnp.where(done, 0.0, episode_return), jnp.where(done, 0.0, episode_length)), step
 
 
-# The envs in torch (--torch-env), ppo_torch.py's continuous ones, formula for formula: Gymnax's classic-control
-# step_env on a (num_envs, ...) batch on torch's device. Spaces and time limits are the Gymnax env's own; a fresh
-# state is uniform in Gymnax's box, drawn by torch's generator.
-def mountain_car_continuous(s, action):
-    """MountainCarContinuous-v0: the car pushed by a force in [-1, 1]; 100 for reaching the goal, less 0.1 x
-    the force squared. Gymnax stops a car that rolls back at the goal (Gymnasium stops it at the left wall)."""
-    position, velocity = s.unbind(-1)
-    velocity = (velocity + action[:, 0] * 0.0015 - torch.cos(3 * position) * 0.0025).clamp(-0.07, 0.07)
-    position = (position + velocity).clamp(-1.2, 0.6)
-    velocity = velocity * ~((position >= 0.45) & (velocity < 0))
-    goal = (position >= 0.45) & (velocity >= 0.0)
-    return torch.stack([position, velocity], -1), -0.1 * action[:, 0]**2 + 100 * goal, goal
-
-
-def pendulum(s, action):
-    """Pendulum-v1: a torque in [-2, 2] on the pendulum; the reward is minus the cost of its angle from
-    upright, its speed and the torque. It never terminates: its time limit truncates it."""
-    g, m, l, dt = 10.0, 1.0, 1.0, 0.05  # noqa: E741 (Gymnax's names)
-    theta, theta_dot, u = *s.unbind(-1), action[:, 0]
-    reward = -((torch.remainder(theta + math.pi, 2 * math.pi) - math.pi)**2 + 0.1 * theta_dot**2 + 0.001 * u**2)
-    theta_dot = (theta_dot + (3 * g / (2 * l) * torch.sin(theta) + 3.0 / (m * l**2) * u) * dt).clamp(-8.0, 8.0)
-    return torch.stack([theta + theta_dot * dt, theta_dot], -1), reward, torch.zeros_like(theta, dtype=torch.bool)
-
-
-def cos_sin(s, angles: int):
-    """The observation of a state whose first entries are angles: the cos and sin of each, then the rest."""
-    trig = [f(s[:, i]) for i in range(angles) for f in (torch.cos, torch.sin)]
-    return torch.cat([torch.stack(trig, -1), s[:, angles:]], -1)
-
-
-TORCH_ENVS = {  # each one's step, observation and start box (Gymnax's reset_env: uniform from low to high)
-    "MountainCarContinuous-v0": (mountain_car_continuous, lambda s: s, (-0.6, 0.0), (-0.4, 0.0)),
-    "Pendulum-v1": (pendulum, lambda s: cos_sin(s, 1), (-math.pi, -1.0), (math.pi, 1.0)),
-}
-
-
-class TorchEnv(NamedTuple):
-    """A Gymnax env in torch: its step and observation, its start box on torch's device, and the Gymnax env
-    whose spaces it has (and whose params, the time limit among them, the vector step takes)."""
-    step: Callable  # (states, actions) -> (next states, rewards, terminated)
-    observe: Callable  # states -> observations
-    low: torch.Tensor
-    high: torch.Tensor
-    gymnax: object
-
-    def action_space(self, params):
-        return self.gymnax.action_space(params)
-
-    def observation_space(self, params):
-        return self.gymnax.observation_space(params)
-
-    def fresh(self, num_envs: int, generator=None):
-        """num_envs fresh states, as Gymnax's reset_env draws them (another stream: torch's generator, or this one)."""
-        # passed only when given: torch.rand with a generator takes no symbolic sizes, which torch.compile may make
-        mine = {} if generator is None else {"generator": generator}
-        draw = torch.rand(num_envs, len(self.low), device=self.low.device, **mine)
-        return torch.lerp(self.low, self.high, draw)
-
-
 def make_torch_env(env_id: str, device):
-    """The env in torch and the Gymnax env's params, or exit 2 if it has none."""
-    if env_id not in TORCH_ENVS:
-        fail(f"--torch-env has no torch twin of {env_id!r}; it has {', '.join(TORCH_ENVS)}")
-    step, observe, low, high = TORCH_ENVS[env_id]
+    """--torch-env: the Gymnax env written in torch (torch_envs.py, a module beside this script) and its params."""
+    try:
+        import torch_envs  # only here: a copy of this script without it runs on Gymnax
+    except ModuleNotFoundError as e:
+        if e.name != "torch_envs":
+            raise
+        fail("--torch-env needs torch_envs.py (benchback's envs written in torch) beside this script")
     env, env_params = make_env(env_id)
-    low, high = torch.tensor(low, device=device), torch.tensor(high, device=device)
-    return TorchEnv(step, observe, low, high, env), env_params
-
-
-def torch_env_reset(env: TorchEnv, num_envs: int, generator=None):
-    """Fresh envs: (observations, EnvState); the state of each env is its physics and its time step."""
-    physics = env.fresh(num_envs, generator)
-    zeros = lambda dtype=torch.float32: torch.zeros(num_envs, dtype=dtype, device=physics.device)
-    # three tensors, not one three times: torch.compile would guard on the aliasing and compile again
-    return env.observe(physics), EnvState(None, (physics, zeros(torch.int32)), zeros(), zeros())
-
-
-def torch_env_step(state: EnvState, action, env: TorchEnv, env_params):
-    """env_step with the env in torch: every env steps, one that ended (terminated, or reached the time limit)
-    starts a fresh episode in the same step, and the statistics are kept as env_step keeps them."""
-    physics, elapsed = state.env
-    physics, reward, terminated = env.step(physics, action)
-    elapsed = elapsed + 1
-    truncated = elapsed >= env_params.max_steps_in_episode
-    done = terminated | truncated
-    final_obs = env.observe(physics)
-    physics, elapsed = torch.where(done[:, None], env.fresh(len(physics)), physics), torch.where(done, 0, elapsed)
-    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
-    step = EnvStep(env.observe(physics), reward, terminated, truncated, final_obs,
-                   torch.where(done, episode_return, 0.0), torch.where(done, episode_length, 0.0))
-    state = EnvState(None, (physics, elapsed), torch.where(done, 0.0, episode_return),
-                     torch.where(done, 0.0, episode_length))
-    return state, step
+    if env_id not in torch_envs.ENVS:
+        twins = [e for e in torch_envs.ENVS if e in supported_env_ids()]
+        fail(f"--torch-env has no torch twin of {env_id!r}; it has {', '.join(twins)}")
+    return torch_envs.TorchEnv.make(env_id, env, env_params, device), env_params
 
 
 # %% model
@@ -510,9 +430,9 @@ def evaluate(actor: Actor, key, env, env_params, num_episodes: int, seed: int) -
     host = lambda x: torch.from_dlpack(x).cpu().numpy()  # a JAX array or a tensor, on any device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
         torch.manual_seed(seed)  # the torch env's fresh states: the seed's own stream, training's left as is
-        if isinstance(env, TorchEnv):
-            obs, env_state = torch_env_reset(env, num_episodes)
-            step = partial(torch_env_step, env=env, env_params=env_params)
+        if hasattr(env, "dynamics"):
+            obs, env_state = env.reset(num_episodes)
+            step = partial(env.step, env_params=env_params)
         else:
             obs, env_state = env_reset(key, env, env_params, num_episodes)
             jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=num_episodes))
@@ -705,8 +625,8 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None) -
             net.load_state_dict(saved[name])
     buffer = Buffer(args.buffer_size, obs_dim, len(bounds[0]), device, args.buffer == "host", args.seed)
     if args.torch_env:  # reset after the weights are drawn: a seed's weights are the same with either env
-        obs, env_state = torch_env_reset(env, args.num_envs)
-        env_step_fn = partial(torch_env_step, env=env, env_params=env_params)
+        obs, env_state = env.reset(args.num_envs)
+        env_step_fn = partial(env.step, env_params=env_params)
     else:
         jax_step = jax.jit(partial(env_step, env=env, env_params=env_params, num_envs=args.num_envs), donate_argnums=0)
         env_step_fn = lambda state, action: jax_step(state, to_jax(action))  # torch's action handed to JAX

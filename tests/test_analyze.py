@@ -640,6 +640,30 @@ def test_a_profiled_run_without_its_trace_is_skipped_saying_why(tmp_path):
     assert not found and "no trace.json.gz or perfetto_trace.json.gz" in skipped[0][1]
 
 
+def test_a_committed_archive_is_never_rewritten(synthetic, tmp_path):
+    """analyze.py archive writes a new archive, or packs again one not yet committed (a study that grows in a
+    session); an archive git tracks it refuses (exit 2, the file untouched): each rewrite would stay in every
+    clone's history. The committed study's own archive is refused as such."""
+    import subprocess
+
+    runs_dir, _ = synthetic
+    repo, tarball = tmp_path / "repo", tmp_path / "repo" / "study.tar.xz"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=repo, check=True,
+                                    capture_output=True)
+    git("init", "-q")
+    for attempt in range(2):  # new, then packed again while uncommitted
+        proc = analyze("archive", runs_dir, "--out", tarball)
+        assert proc.returncode == 0, proc.stderr
+    git("add", "study.tar.xz"), git("commit", "-q", "-m", "a study")
+    before = tarball.read_bytes()
+    proc = analyze("archive", runs_dir, "--out", tarball)
+    assert proc.returncode == 2 and "is committed" in proc.stderr and "archive of their own" in proc.stderr
+    assert tarball.read_bytes() == before
+    proc = analyze("archive", runs_dir)  # the default --out: results/study.tar.xz, committed
+    assert proc.returncode == 2 and "results/study.tar.xz is committed" in proc.stderr
+
+
 def test_archive_reads_as_the_folder(synthetic, tmp_path):
     """analyze.py archive packs what the report reads; the report from the archive is the folder's."""
     runs_dir, out = synthetic
@@ -1287,7 +1311,7 @@ def test_each_regime_holds_its_envs_and_no_other():
         assert kept == set(regime.envs), regime.name
         kind = ("mujoco" if "MuJoCo" in regime.name else "atari" if "Atari" in regime.name else
                 "twins" if "own env" in regime.name else "jax" if "JAX env" in regime.name else None)
-        allowed = {"mujoco": mujoco, "atari": set(cpu_envs.ATARI), "twins": set(load("ppo_torch.py").TORCH_ENVS),
+        allowed = {"mujoco": mujoco, "atari": set(cpu_envs.ATARI), "twins": set(load("torch_envs.py").ENVS),
                    "jax": {*gymnax.registered_envs, "Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1"}}.get(kind)
         assert allowed is None or set(regime.envs) <= allowed, regime.name
     # each row names the hosts behind it: a CPU by its widest vector unit (one layer's time depends on it)

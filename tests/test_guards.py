@@ -23,7 +23,7 @@ import time
 
 import pytest
 from helpers import (AGENT_SCRIPTS, GYMNASIUM_SCRIPTS, OFFPOLICY_REGIONS, REGIONS, ROOT, SCRIPTS, TINY_ARGS,
-                     train_in_process)
+                     load, train_in_process)
 
 TORCH_READS = ("item", "tolist", "numpy", "cpu", "__float__", "__bool__", "__int__")
 STEPS = TINY_ARGS["num_steps"]
@@ -169,12 +169,17 @@ def jax_work_seconds() -> float:
     return min(times)
 
 
+UNDO = []  # what with_delays changed outside the script's private copy, put back after its run
+
+
 def with_delays(m, script, torch_env=False):
     """Every env step and every minibatch step of the module takes its work more: (seconds per env
     step, seconds per minibatch step). Compiled with the policy, the env in torch takes none (a sleep
     cannot go inside a graph; on a CPU torch's work is done when its call returns)."""
     env_work = not (torch_env and "compile" in script)
-    env_step, minibatch_step = (m.torch_env_step if torch_env else m.env_step), m.minibatch_step
+    # the env in torch is torch_envs.py's TorchEnv (its step a method: the class's, put back by undo_delays)
+    owner, name = (load("torch_envs.py").TorchEnv, "step") if torch_env else (m, "env_step")
+    env_step, minibatch_step = getattr(owner, name), m.minibatch_step
 
     def slow_env_step(*args, **kwargs):
         if script in GYMNASIUM_SCRIPTS or torch_env:  # a step on the host, or torch's (synchronous on a CPU)
@@ -191,7 +196,8 @@ def with_delays(m, script, torch_env=False):
         return minibatch_step(*args, **kwargs)
 
     if env_work:
-        setattr(m, "torch_env_step" if torch_env else "env_step", slow_env_step)
+        setattr(owner, name, slow_env_step)
+        UNDO.append(lambda: setattr(owner, name, env_step))
     m.minibatch_step = slow_minibatch_step
     return (0.0 if not env_work else SLEEP if script in GYMNASIUM_SCRIPTS or torch_env else jax_work_seconds(),
             SLEEP if "torch" in script else jax_work_seconds())
@@ -248,8 +254,12 @@ def guarded_runs(tmp_path_factory):
                         active[0] = True
             return Watching
 
-        with counting_host_reads(counts, active):
-            train_in_process(script, tmp_path_factory.mktemp("guarded"), watch, **{**ENV, **changes})
+        try:
+            with counting_host_reads(counts, active):
+                train_in_process(script, tmp_path_factory.mktemp("guarded"), watch, **{**ENV, **changes})
+        finally:
+            while UNDO:
+                UNDO.pop()()
         made[key] = windows[1:], timed[1:], work, bar
         return made[key]
 

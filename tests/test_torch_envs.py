@@ -1,8 +1,8 @@
-"""Proof that the envs in torch (--torch-env of ppo_torch.py and ppo_torch_compile.py, one text in both)
-are Gymnax's envs:
+"""Proof that the envs in torch (torch_envs.py: every torch script's --torch-env, one module) are Gymnax's
+envs:
 - one transition: from a batch of random states set into both, the same random action gives the same
   next state, observation, reward and termination;
-- whole episodes: the scripts' vector steps (env_step with Gymnax, torch_env_step with the torch env),
+- whole episodes: the vector steps (a script's env_step with Gymnax, TorchEnv.step with the torch env),
   side by side over random actions with a short time limit, the torch env's state set each step to
   Gymnax's: the same rewards, terminated and truncated flags, final observations, episode returns and
   lengths, the same observations where no episode ended, and a fresh state in Gymnax's start box
@@ -59,7 +59,7 @@ def test_one_transition_from_the_same_state(env_id):
     live = ~np.asarray(jax.vmap(gymnax_env.is_terminal, (0, None))(state, params))  # an episode still running
     actions = random_actions(rng, env.action_space(params), n)
     obs, next_state, reward, terminated, _ = jax.vmap(gymnax_env.step_env, (0, 0, 0, None))(keys, state, actions, params)
-    t_state, t_reward, t_terminated = env.step(torch.from_numpy(rows), torch.from_numpy(actions))
+    t_state, t_reward, t_terminated = env.dynamics(torch.from_numpy(rows), torch.from_numpy(actions))
     gymnax_next = np.stack([np.asarray(getattr(next_state, f)) for f in names], -1)
     np.testing.assert_allclose(t_state.numpy()[live], gymnax_next[live], **TIGHT, err_msg="next state")
     np.testing.assert_allclose(env.observe(t_state).numpy()[live], np.asarray(obs)[live], **TIGHT, err_msg="obs")
@@ -78,7 +78,7 @@ def as_torch_state(m, state, env_id, torch_state):
     if state.norm is not None:
         stats = {part: {k: torch.tensor(np.asarray(v)) for k, v in getattr(state.norm, part)._asdict().items()}
                  for part in ("obs", "reward")}
-        norm = m.TorchNormalizer.start(physics.shape[1], len(physics), stats)._replace(
+        norm = load("torch_envs.py").Normalizer.start(physics.shape[1], len(physics), stats)._replace(
             discounted=torch.tensor(np.asarray(state.norm.discounted)))
     return torch_state._replace(env=(physics, torch.tensor(np.asarray(state.env.time))), norm=norm,
                                 episode_return=torch.tensor(np.asarray(state.episode_return)),
@@ -101,13 +101,13 @@ def test_vector_steps_alike_over_whole_episodes(env_id, normalize):
     norm = m.Normalizer.start(dim, n) if normalize else None
     _, state = m.env_reset(jax.random.key(0), gymnax_env, params, n, norm)
     step = jax.jit(partial(m.env_step, env=gymnax_env, env_params=params, num_envs=n, gamma=gamma))
-    _, t_state = m.torch_env_reset(env, n, m.TorchNormalizer.start(dim, n) if normalize else None)
+    _, t_state = env.reset(n, env.normalizer(n) if normalize else None)
     ended = np.zeros(2, int)
     for t in range(steps):
         t_state = as_torch_state(m, state, env_id, t_state)
         actions = random_actions(rng, env.action_space(params), n, spread=1.5)
         state, out = step(state, jnp.asarray(actions))
-        t_state, t_out = m.torch_env_step(t_state, torch.from_numpy(actions), env, params, gamma)
+        t_state, t_out = env.step(t_state, torch.from_numpy(actions), params, gamma)
         out, t_out = {k: np.asarray(v) for k, v in out._asdict().items()}, {k: v.numpy() for k, v in t_out._asdict().items()}
         done = out["terminated"] | out["truncated"]
         for name in ("terminated", "truncated"):
@@ -138,7 +138,7 @@ def test_resets_drawn_from_gymnax_start_distribution(env_id):
     n = 2000
     m, env, params = torch_env(env_id)
     torch.manual_seed(0)
-    t_obs, _ = m.torch_env_reset(env, n)
+    t_obs, _ = env.reset(n)
     obs, _ = jax.vmap(env.gymnax.reset, (0, None))(jax.random.split(jax.random.key(0), n), params)
     t_obs, obs = t_obs.numpy(), np.asarray(obs)
     for i in range(obs.shape[1]):
@@ -150,13 +150,13 @@ def test_resets_drawn_from_gymnax_start_distribution(env_id):
 
 
 def test_torch_normalizer_keeps_the_jax_statistics():
-    """TorchNormalizer, given what Normalizer is given (observations, rewards, terminations), keeps
+    """torch_envs.Normalizer, given what ppo_torch.py's Normalizer is given (observations, rewards, terminations), keeps
     the same running statistics and returns the same scaled values."""
     import jax.numpy as jnp
     import torch
 
     m, rng = load(SCRIPT), np.random.default_rng(2)
-    norm, t_norm = m.Normalizer.start(3, 8), m.TorchNormalizer.start(3, 8)
+    norm, t_norm = m.Normalizer.start(3, 8), load("torch_envs.py").Normalizer.start(3, 8)
     for t in range(50):
         obs = (rng.normal(size=(8, 3)) * [1.0, 5.0, 0.1] + [0.0, 3.0, -1.0]).astype(np.float32)
         reward, terminated = rng.normal(size=8).astype(np.float32), rng.random(8) < 0.1
@@ -171,53 +171,53 @@ def test_torch_normalizer_keeps_the_jax_statistics():
             np.testing.assert_allclose(getattr(t_norm, part)._asdict()[name].numpy(), np.asarray(value), rtol=1e-5)
 
 
-def test_torch_env_is_the_same_text_in_every_torch_script():
-    """ppo_torch_compile.py and ppo_torch_agents.py step the very env ppo_torch.py steps: the block from its
-    marker to the end of torch_env_step."""
+TORCH_ENV_SCRIPTS = ["ppo_torch.py", "ppo_torch_compile.py", "ppo_torch_agents.py", "dqn_torch.py",
+                     "dqn_torch_compile.py", "td3_torch.py", "td3_torch_compile.py", "sac_torch.py", "sac_torch_compile.py"]
+
+
+def test_every_torch_script_steps_the_one_module():
+    """The envs in torch are written once, in torch_envs.py: every script with --torch-env has the flag, defines
+    no formula of its own, and imports the module inside make_torch_env only (a copy runs without it)."""
+    import ast
+
     from helpers import ROOT
 
-    def block(script):
-        text = (ROOT / script).read_text()
-        return text[text.index("# The envs in torch (--torch-env)"):text.index("\n\n\n", text.index("def torch_env_step"))]
+    formulas = set(load("torch_envs.py").ENVS) | {"cartpole", "acrobot", "pendulum", "mountain_car", "TorchEnv",
+                                                  "TorchNormalizer", "torch_env_step", "TORCH_ENVS"}
+    with_flag = sorted(p.name for p in ROOT.glob("*.py") if "torch_env: bool" in p.read_text())
+    assert with_flag == sorted(TORCH_ENV_SCRIPTS)
+    for script in TORCH_ENV_SCRIPTS:
+        tree = ast.parse((ROOT / script).read_text())
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & formulas, (script, defined & formulas)
+        importing = [f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and any(
+            isinstance(n, ast.Import) and any(a.name == "torch_envs" for a in n.names) for n in ast.walk(f))]
+        at_top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and "torch_envs" in ast.dump(n)]
+        assert importing == ["make_torch_env"] and not at_top, (script, importing)
 
-    assert block("ppo_torch.py") == block("ppo_torch_compile.py") == block("ppo_torch_agents.py")
 
+@pytest.mark.parametrize("script", ["ppo_torch.py", "td3_torch_compile.py"])
+def test_a_script_copied_alone_runs_and_says_what_torch_env_needs(tmp_path, script):
+    """A user's copy of one torch script, without torch_envs.py beside it: asked for --torch-env it says so in
+    one line and exits 2, before it writes anything; without the flag (PPO's) it trains on Gymnax."""
+    import shutil
+    import subprocess
+    import sys
 
-@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py", "td3_torch.py", "sac_torch.py"])
-def test_the_offpolicy_scripts_step_ppos_torch_envs(script):
-    """The off-policy scripts' --torch-env (DQN's discrete envs, TD3's and SAC's continuous ones): the formulas are
-    ppo_torch.py's text, and their vector step (no normalization) gives what ppo_torch.py's does over whole
-    episodes from the same states and draws."""
-    import inspect
+    from helpers import ROOT
 
-    import torch
-
-    ppo, mine = load(SCRIPT), load(script)
-    formulas = [name for name in ("cartpole", "acrobot_dsdt", "wrap", "acrobot", "mountain_car",
-                                  "mountain_car_continuous", "pendulum", "cos_sin") if hasattr(mine, name)]
-    assert len(formulas) >= 3
-    for name in formulas:
-        assert inspect.getsource(getattr(mine, name)) == inspect.getsource(getattr(ppo, name)), name
-    for env_id in mine.TORCH_ENVS:
-        (p_env, params), (m_env, _) = ppo.make_torch_env(env_id, "cpu"), mine.make_torch_env(env_id, "cpu")
-        params = params.replace(max_steps_in_episode=50)  # truncations too
-        space = p_env.action_space(params)
-        torch.manual_seed(0)
-        _, p_state = ppo.torch_env_reset(p_env, 64)
-        torch.manual_seed(0)
-        _, m_state = mine.torch_env_reset(m_env, 64)
-        rng, ended = np.random.default_rng(0), 0
-        for t in range(300):
-            action = torch.from_numpy(rng.integers(space.n, size=64).astype(np.int32) if hasattr(space, "n") else
-                                      rng.uniform(space.low, space.high, (64, 1)).astype(np.float32))
-            torch.manual_seed(t)
-            p_state, p_out = ppo.torch_env_step(p_state, action, p_env, params)
-            torch.manual_seed(t)
-            m_state, m_out = mine.torch_env_step(m_state, action, m_env, params)
-            for field in m_out._fields:
-                assert torch.equal(getattr(m_out, field), getattr(p_out, field)), (env_id, t, field)
-            ended += int((m_out.terminated | m_out.truncated).sum())
-        assert ended > 64, env_id  # episodes ended and started again
+    shutil.copy(ROOT / script, tmp_path / script)
+    run = lambda *flags: subprocess.run([sys.executable, script, *flags, "--log-dir", "runs"], cwd=tmp_path,
+                                        capture_output=True, text=True, timeout=600)
+    env_id = "CartPole-v1" if script.startswith("ppo") else "Pendulum-v1"
+    refused = run("--torch-env", "--env-id", env_id)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--torch-env needs torch_envs.py" in refused.stderr and not (tmp_path / "runs").exists()
+    if script == "ppo_torch.py":
+        trained = run(*TINY)
+        assert trained.returncode == 0, trained.stderr[-2000:]
+        (run_dir,) = (tmp_path / "runs").iterdir()
+        assert (run_dir / "summary.json").exists() and TAGS <= set(scalars(run_dir))
 
 
 def test_a_torch_env_run_names_itself_and_repeats(tmp_path):
