@@ -599,106 +599,12 @@ def update(model: ActorCritic, optimizer: nnx.Optimizer, batch: Batch, shuffle_k
 
 
 # %% training loop with logging
-PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "torch")
-THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
 PROFILED = range(2, 4)  # --profile's iterations (from 0): the first compiles, the second warms up
-
-
-def machine() -> dict:
-    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
-    try:
-        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
-            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
-                       if ":" in line)
-    except OSError:
-        cpu = {}
-    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
-    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
-            "cpu": cpu.get("model name", platform.processor()),
-            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
-            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
-            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
-            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
-            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
-
-
-def make_run_dir(args: Args, variant: str, device: str, precision: dict) -> str:
-    """A new directory per run, never reused: the unix time in ms, bumped on a clash."""
-    stamp = int(time.time() * 1000)
-    while True:
-        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
-        try:
-            os.makedirs(run_dir)
-            break
-        except FileExistsError:
-            stamp += 1
-        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
-            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
-    with open(os.path.join(run_dir, "run.json"), "w") as f:
-        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
-                   "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
-    return run_dir
 
 
 def peak_device_mb():
     stats = jax.devices()[0].memory_stats()  # None on CPU
     return stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
-
-
-TRACKERS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # --track's module, and the package that brings it
-
-
-class MLflowWriter(Writer):
-    """TensorBoard's writer that also hands each step's scalars to MLflow: one call per step, at each flush."""
-
-    def __init__(self, run_dir: str, mlflow):
-        super().__init__(run_dir)
-        self.mlflow, self.pending = mlflow, {}
-
-    def add_scalar(self, tag, data, step, **kwargs):
-        super().add_scalar(tag, data, step, **kwargs)
-        self.pending.setdefault(int(step), {})[tag] = float(data)
-
-    def flush(self):
-        super().flush()
-        for step in sorted(self.pending):
-            self.mlflow.log_metrics(self.pending.pop(step), step=step)
-
-    def close(self):
-        self.flush()
-        super().close()
-
-
-def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
-    """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
-    params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
-    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track)
-        import wandb
-        # its files beside the run directories: inside one, W&B would read their copy of the events too
-        wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
-    elif args.track == "mlflow":
-        import mlflow
-        if "MLFLOW_TRACKING_URI" not in os.environ:  # else the user's server or store: MLflow reads the variable
-            mlflow.set_tracking_uri(f"sqlite:///{os.path.abspath(run_dir)}/mlflow.db")  # a store in the run directory
-            mlflow.create_experiment("benchback", os.path.abspath(os.path.join(run_dir, "mlflow")))
-        mlflow.set_experiment("benchback")
-        mlflow.start_run(run_name=name)
-        mlflow.log_params(params)
-        return MLflowWriter(run_dir, mlflow)
-    return Writer(run_dir)
-
-
-def end_tracking(args: Args, run_dir: str, summary: dict | None):
-    """With --track: the saved model to MLflow, and the tracker's run ended (failed without a summary)."""
-    if args.track == "mlflow":
-        import mlflow
-        if summary and summary["saved_model"]:
-            mlflow.log_artifact(os.path.join(run_dir, summary["saved_model"]))
-        mlflow.end_run("FINISHED" if summary else "FAILED")
-    elif args.track == "wandb":
-        import wandb
-        wandb.finish(exit_code=0 if summary else 1)
 
 
 class RunLog:
@@ -767,11 +673,6 @@ class RunLog:
         """The mean over agents of each agent's final return."""
         returns = [r for r in self.final_returns() if r is not None]
         return float(np.mean(returns)) if returns else None
-
-
-def region(name: str, on: bool):
-    """A named range on the host's side of --profile's trace; when not profiling, nothing."""
-    return jax.profiler.TraceAnnotation(name) if on else nullcontext()
 
 
 def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
@@ -872,12 +773,6 @@ def with_defaults(args: Args, continuous_actions: bool) -> Args:
     return args
 
 
-def set_matmul_precision(precision: str) -> dict:
-    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
-    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
-    return {"jax": jax.config.jax_default_matmul_precision}
-
-
 def against_target(env_id: str, model: str, final: float | None) -> str:
     """Whether a final return reached the study's target for this env and model, where analyze.py has written
     one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
@@ -923,6 +818,120 @@ def main():
     finals = ", ".join("-" if r is None else f"{r:.1f}" for r in summary["charts/episodic_return_final_per_agent"])
     print(f"{run_dir}: final return per agent {finals}{evaluation}"
           + against_target(args.env_id, args.model, summary["charts/episodic_return_final"]))
+
+
+# %% harness
+# The benchmark's own part, one text in every JAX script (tests/test_shape.py holds it): the run's
+# record (run.json: arguments, machine, versions, threads), the TensorBoard writer and --track, --profile's
+# named ranges.
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "mujoco",
+            "envpool", "torch")
+
+
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict, **record) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash. record: more of run.json."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   **record, "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+TRACKERS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # --track's module, and the package that brings it
+
+
+class MLflowWriter(Writer):
+    """TensorBoard's writer that also hands each step's scalars to MLflow: one call per step, at each flush."""
+
+    def __init__(self, run_dir: str, mlflow):
+        super().__init__(run_dir)
+        self.mlflow, self.pending = mlflow, {}
+
+    def add_scalar(self, tag, data, step, **kwargs):
+        super().add_scalar(tag, data, step, **kwargs)
+        self.pending.setdefault(int(step), {})[tag] = float(data)
+
+    def flush(self):
+        super().flush()
+        for step in sorted(self.pending):
+            self.mlflow.log_metrics(self.pending.pop(step), step=step)
+
+    def close(self):
+        self.flush()
+        super().close()
+
+
+def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
+    """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
+    params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
+    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track)
+        import wandb
+        # its files beside the run directories: inside one, W&B would read their copy of the events too
+        wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
+    elif args.track == "mlflow":
+        import mlflow
+        if "MLFLOW_TRACKING_URI" not in os.environ:  # else the user's server or store: MLflow reads the variable
+            mlflow.set_tracking_uri(f"sqlite:///{os.path.abspath(run_dir)}/mlflow.db")  # a store in the run directory
+            mlflow.create_experiment("benchback", os.path.abspath(os.path.join(run_dir, "mlflow")))
+        mlflow.set_experiment("benchback")
+        mlflow.start_run(run_name=name)
+        mlflow.log_params(params)
+        return MLflowWriter(run_dir, mlflow)
+    return Writer(run_dir)
+
+
+def end_tracking(args: Args, run_dir: str, summary: dict | None):
+    """With --track: the saved model to MLflow, and the tracker's run ended (failed without a summary)."""
+    if args.track == "mlflow":
+        import mlflow
+        if summary and summary["saved_model"]:
+            mlflow.log_artifact(os.path.join(run_dir, summary["saved_model"]))
+        mlflow.end_run("FINISHED" if summary else "FAILED")
+    elif args.track == "wandb":
+        import wandb
+        wandb.finish(exit_code=0 if summary else 1)
+
+
+def region(name: str, on: bool):
+    """A named range on the host's side of --profile's trace; when not profiling, nothing."""
+    return jax.profiler.TraceAnnotation(name) if on else nullcontext()
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
+    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+    return {"jax": jax.config.jax_default_matmul_precision}
 
 
 if __name__ == "__main__":

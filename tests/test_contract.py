@@ -29,7 +29,7 @@ ACTION_SPACE_DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, en
 COMPILE_TOGGLES = {"jit", "jit_env", "compile_mode", "compile_scope", "compile", "torch_env", "vectorization",
                    "num_agents", "learning_rates", "ent_coefs", "clip_coefs"}  # the agent scripts': values per agent
 SECTIONS = ["imports", "Args", "environment helpers", "model", "rollout", "GAE", "loss and update",
-            "training loop with logging", "main"]
+            "training loop with logging", "main", "harness"]
 DETERMINISTIC_TAGS = TAGS - {"charts/SPS", "time/iteration", "memory/peak_rss_mb"}
 
 

@@ -12,9 +12,9 @@ ENV_ID = "Craftax-Classic-Symbolic-v1"
 
 
 def helpers_section(script: str) -> str:
-    """The Gymnax environment helpers: the section, up to the envs in torch where a torch script has them."""
+    """The Gymnax environment helpers: the section, up to make_torch_env (the envs in torch) where a torch script has it."""
     source = (ROOT / script).read_text()
-    end = source.index("# The envs in torch") if "# The envs in torch" in source else source.index("# %% model")
+    end = source.index("def make_torch_env") if "def make_torch_env" in source else source.index("# %% model")
     return source[source.index("# %% environment helpers"):end]
 
 
