@@ -715,72 +715,27 @@ def torch_device() -> torch.device:
     return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
 
 
-def peak_device_mb():
-    """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's (the environments)."""
-    if torch_device().type != "cuda":
-        return None
-    jax_stats = jax.devices()[0].memory_stats() or {}
-    return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
+LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
 
 
-class RunLog:
-    """Writes each iteration's scalars and keeps what summary.json needs."""
-
-    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
-        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
-        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
-        self.episodes = []  # (count, return sum) per iteration
-
-    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
-        args, write = self.args, self.writer.add_scalar
-        step = (iteration + 1) * args.num_envs * args.num_steps  # global env steps
-        for name, seconds in times.items():
-            write(f"time/{name}", seconds, step)
-        count = int(stats["episodes"])
-        self.episodes.append((count, float(stats["episodic_return_sum"])))
-        if count:
-            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
-            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
-        sps = args.num_envs * args.num_steps / times["iteration"]
-        write("charts/SPS", sps, step)
-        write("charts/learning_rate", stats["learning_rate"], step)  # from the optimizer: its last step's rate
-        for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance"):
-            write(f"losses/{name}", stats[name], step)
-        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
-        if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
-            write("memory/peak_device_mb", device_mb, step)
-        self.writer.flush()  # an interrupted run keeps every finished iteration
-        if self.args.profile and iteration + 1 in (PROFILED.start, PROFILED.stop):
-            self.trace(start=iteration + 1 == PROFILED.start)
-        return f"{self.variant} it {iteration + 1} SPS {sps:,.0f} return {self.final_return() or 0:.1f}"
-
-    def trace(self, start: bool):
-        """--profile: starts or ends the trace of the iterations in PROFILED (docs/profiling.md)."""
-        if start:
-            self.tracer = torch.profiler.profile()  # the CPU's ops, and the GPU's kernels where there is one
-            self.tracer.start()
-            self.python.enable()
-        else:
-            self.python.disable()
-            self.tracer.stop()
-            self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
-            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
-
-    def evaluation(self, returns) -> dict:
-        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
-        returns = [float(r) for r in returns]
-        for episode, episodic_return in enumerate(returns):
-            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
-        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
-                "eval/episodic_returns": returns or None}
-
-    def final_return(self):
-        """Mean return of the episodes that ended in the last 10 iterations."""
-        count = sum(n for n, _ in self.episodes[-10:])
-        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+def env_steps(args: Args) -> int:
+    """An iteration's env steps (of each agent): the step TensorBoard plots against (CleanRL's global_step)."""
+    return args.num_envs * args.num_steps
 
 
-def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
+def logged(args: Args, stats: dict, seconds: float) -> dict:
+    """An iteration's scalars beside its episodes' returns and lengths (RunLog writes those): tag -> value.
+    The learning rate is the optimizer's, of its last step."""
+    return {"charts/SPS": env_steps(args) / seconds, "charts/learning_rate": stats["learning_rate"],
+            **{f"losses/{name}": stats[name] for name in LOSSES}}
+
+
+def traced(args: Args) -> range:
+    """--profile's iterations (from 0)."""
+    return PROFILED
+
+
+def train(args: Args, env, env_params, log, saved: dict | None = None):
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; JAX drives the environments (--torch-env: torch)
     device = torch_device()
     args = resolved(args, device)
@@ -1044,6 +999,90 @@ def end_tracking(args: Args, run_dir: str, summary: dict | None):
 def region(name: str, on: bool):
     """A named range in --profile's trace; when not profiling, nothing (record_function costs µs even then)."""
     return torch.profiler.record_function(name) if on else nullcontext()
+
+
+def peak_device_mb():
+    """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's where JAX steps the environments."""
+    if torch_device().type != "cuda":
+        return None
+    jax_stats = (sys.modules["jax"].devices()[0].memory_stats() or {}) if "jax" in sys.modules else {}
+    return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
+
+
+class RunLog:
+    """Writes each iteration's scalars to TensorBoard and keeps what summary.json needs. The algorithm's part
+    of the script says what an iteration logs: env_steps(args), its env steps (of each agent); logged(args,
+    stats, seconds), its own tags; traced(args), the iterations --profile traces. A statistic with an agent
+    axis (the agent scripts) is logged as its mean over agents, then each agent's under <tag>/agent<i>."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
+        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
+        self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
+
+    def write(self, tag: str, value, step: int):
+        value = np.asarray(value)
+        self.writer.add_scalar(tag, value.mean(), step)
+        for agent, agent_value in enumerate(value if value.ndim else ()):
+            self.writer.add_scalar(f"{tag}/agent{agent}", agent_value, step)
+
+    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
+        step = (iteration + 1) * env_steps(self.args)  # CleanRL's global_step
+        for name, seconds in times.items():
+            self.writer.add_scalar(f"time/{name}", seconds, step)
+        count = np.asarray(stats["episodes"])
+        self.episodes.append((count, np.asarray(stats["episodic_return_sum"], dtype=float)))
+        for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
+            total = np.asarray(stats[f"{name}_sum"])
+            if count.sum():
+                self.writer.add_scalar(f"charts/{name}", total.sum() / int(count.sum()), step)
+            for agent in np.flatnonzero(count) if count.ndim else ():
+                self.writer.add_scalar(f"charts/{name}/agent{agent}", total[agent] / count[agent], step)
+        scalars = logged(self.args, stats, times["iteration"])
+        for tag, value in scalars.items():
+            self.write(tag, value, step)
+        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
+            self.writer.add_scalar("memory/peak_device_mb", device_mb, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        if self.args.profile and iteration + 1 in (traced(self.args).start, traced(self.args).stop):
+            self.trace(start=iteration + 1 == traced(self.args).start)
+        return f"{self.variant} {step:,} steps SPS {scalars['charts/SPS']:,.0f} return {self.final_return() or 0:.1f}"
+
+    def trace(self, start: bool):
+        """--profile: starts or ends the trace of the iterations traced(args) names (docs/profiling.md)."""
+        if start:
+            self.tracer = torch.profiler.profile()  # the CPU's ops, and the GPU's kernels where there is one
+            self.tracer.start()
+            self.python.enable()
+        else:
+            self.python.disable()
+            self.tracer.stop()
+            self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
+            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode), or with an agent axis each
+        agent's under eval/episodic_return/agent<i>; summary.json's mean and every return."""
+        returns = np.asarray(returns, dtype=float)
+        for agent, agent_returns in enumerate(returns if returns.ndim == 2 else [returns]):
+            tag = f"eval/episodic_return/agent{agent}" if returns.ndim == 2 else "eval/episodic_return"
+            for episode, episodic_return in enumerate(agent_returns):
+                self.writer.add_scalar(tag, episodic_return, episode)
+        return {"eval/episodic_return": float(returns.mean()) if returns.size else None,
+                "eval/episodic_returns": returns.tolist() if returns.size else None}
+
+    def final_returns(self) -> list:
+        """Each agent's mean return of the episodes that ended in the last 10 iterations (None: none ended)."""
+        if not self.episodes:
+            return [None] * getattr(self.args, "num_agents", 1)
+        count, total = (np.sum(x, 0) for x in zip(*self.episodes[-10:]))
+        return [float(s / n) if n else None for s, n in zip(np.atleast_1d(total), np.atleast_1d(count))]
+
+    def final_return(self):
+        """The mean return of the episodes that ended in the last 10 iterations (of the agents, the mean of each's)."""
+        returns = [r for r in self.final_returns() if r is not None]
+        return float(np.mean(returns)) if returns else None
 
 
 if __name__ == "__main__":

@@ -399,62 +399,29 @@ def evaluate(actor_state: TargetTrainState, key, env, env_params, num_episodes: 
 # %% logging
 
 
-class RunLog:
-    """Writes each iteration's scalars (step: env steps so far, CleanRL's global_step) and keeps what
-    summary.json needs."""
-
-    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
-        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
-        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
-        self.iterations = args.total_timesteps // args.log_frequency
-        self.episodes = []  # (count, return sum) per iteration
-
-    def iteration(self, iteration: int, seconds: float, stats: dict) -> str:
-        args, write = self.args, self.writer.add_scalar
-        step = (iteration + 1) * args.log_frequency
-        write("time/iteration", seconds, step)
-        count = int(stats["episodes"])
-        self.episodes.append((count, float(stats["episodic_return_sum"])))
-        if count:
-            write("charts/episodic_return", stats["episodic_return_sum"] / count, step)
-            write("charts/episodic_length", stats["episodic_length_sum"] / count, step)
-        write("charts/SPS", args.log_frequency / seconds, step)
-        if stats["updates"]:  # none before learning-starts
-            write("losses/qf_loss", stats["qf_loss"], step)
-            write("losses/qf1_values", stats["qf1_values"], step)
-        if stats["actor_updates"]:
-            write("losses/actor_loss", stats["actor_loss"], step)
-        write("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
-        self.writer.flush()  # an interrupted run keeps every finished iteration
-        if self.args.profile and iteration + 1 in (self.iterations - 2, self.iterations):  # the last two traced
-            self.trace(start=iteration + 1 < self.iterations)
-        return f"{self.variant} {step:,} steps SPS {args.log_frequency / seconds:,.0f} return {self.final_return() or 0:.1f}"
-
-    def trace(self, start: bool):
-        """--profile: starts or ends the trace of the last two iterations (docs/profiling.md)."""
-        if start:
-            jax.profiler.start_trace(self.run_dir, create_perfetto_trace=True)
-            self.python.enable()
-        else:
-            self.python.disable()
-            jax.profiler.stop_trace()
-            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
-
-    def evaluation(self, returns) -> dict:
-        """eval/episodic_return: each evaluation episode's return (step = episode); summary.json's mean."""
-        returns = [float(r) for r in returns]
-        for episode, episodic_return in enumerate(returns):
-            self.writer.add_scalar("eval/episodic_return", episodic_return, episode)
-        return {"eval/episodic_return": float(np.mean(returns)) if returns else None,
-                "eval/episodic_returns": returns or None}
-
-    def final_return(self):
-        """Mean return of the episodes that ended in the last 10 iterations."""
-        count = sum(n for n, _ in self.episodes[-10:])
-        return sum(s for _, s in self.episodes[-10:]) / count if count else None
+def env_steps(args: Args) -> int:
+    """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
+    return args.log_frequency
 
 
-def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
+def logged(args: Args, stats: dict, seconds: float) -> dict:
+    """An iteration's scalars beside its episodes' returns and lengths (RunLog writes those): tag -> value.
+    The losses of its updates, where it made any (none before learning starts)."""
+    scalars = {"charts/SPS": args.log_frequency / seconds}
+    if stats["updates"]:
+        scalars |= {"losses/qf_loss": stats["qf_loss"], "losses/qf1_values": stats["qf1_values"]}
+    if stats["actor_updates"]:
+        scalars |= {"losses/actor_loss": stats["actor_loss"]}
+    return scalars
+
+
+def traced(args: Args) -> range:
+    """--profile's iterations (from 0): the last two, after at least one that compiles."""
+    iterations = args.total_timesteps // args.log_frequency
+    return range(iterations - 2, iterations)
+
+
+def train(args: Args, env, env_params, log, saved: dict | None = None):
     bounds = action_bounds(env, env_params)
 
     def setup(seed):
@@ -480,7 +447,7 @@ def train(args: Args, env, env_params, log: RunLog, saved: dict | None = None):
             with region("iteration", args.profile):
                 actor_state, critic_state, runner, stats = iteration_fn(actor_state, critic_state, runner)
             stats = jax.device_get(stats)  # the one host fetch, which waits for the iteration
-            progress.update(task, advance=1, description=log.iteration(i, time.perf_counter() - t0, stats))
+            progress.update(task, advance=1, description=log.iteration(i, {"iteration": time.perf_counter() - t0}, stats))
     return actor_state, critic_state
 
 
@@ -660,6 +627,85 @@ def set_matmul_precision(precision: str) -> dict:
     """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
     jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
     return {"jax": jax.config.jax_default_matmul_precision}
+
+
+def peak_device_mb():
+    stats = jax.devices()[0].memory_stats()  # None on CPU
+    return stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
+
+
+class RunLog:
+    """Writes each iteration's scalars to TensorBoard and keeps what summary.json needs. The algorithm's part
+    of the script says what an iteration logs: env_steps(args), its env steps (of each agent); logged(args,
+    stats, seconds), its own tags; traced(args), the iterations --profile traces. A statistic with an agent
+    axis (the agent scripts) is logged as its mean over agents, then each agent's under <tag>/agent<i>."""
+
+    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
+        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
+        self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
+
+    def write(self, tag: str, value, step: int):
+        value = np.asarray(value)
+        self.writer.add_scalar(tag, value.mean(), step)
+        for agent, agent_value in enumerate(value if value.ndim else ()):
+            self.writer.add_scalar(f"{tag}/agent{agent}", agent_value, step)
+
+    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
+        step = (iteration + 1) * env_steps(self.args)  # CleanRL's global_step
+        for name, seconds in times.items():
+            self.writer.add_scalar(f"time/{name}", seconds, step)
+        count = np.asarray(stats["episodes"])
+        self.episodes.append((count, np.asarray(stats["episodic_return_sum"], dtype=float)))
+        for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
+            total = np.asarray(stats[f"{name}_sum"])
+            if count.sum():
+                self.writer.add_scalar(f"charts/{name}", total.sum() / int(count.sum()), step)
+            for agent in np.flatnonzero(count) if count.ndim else ():
+                self.writer.add_scalar(f"charts/{name}/agent{agent}", total[agent] / count[agent], step)
+        scalars = logged(self.args, stats, times["iteration"])
+        for tag, value in scalars.items():
+            self.write(tag, value, step)
+        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+        if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
+            self.writer.add_scalar("memory/peak_device_mb", device_mb, step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        if self.args.profile and iteration + 1 in (traced(self.args).start, traced(self.args).stop):
+            self.trace(start=iteration + 1 == traced(self.args).start)
+        return f"{self.variant} {step:,} steps SPS {scalars['charts/SPS']:,.0f} return {self.final_return() or 0:.1f}"
+
+    def trace(self, start: bool):
+        """--profile: starts or ends the trace of the iterations traced(args) names (docs/profiling.md)."""
+        if start:
+            jax.profiler.start_trace(self.run_dir, create_perfetto_trace=True)
+            self.python.enable()
+        else:
+            self.python.disable()
+            jax.profiler.stop_trace()
+            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode), or with an agent axis each
+        agent's under eval/episodic_return/agent<i>; summary.json's mean and every return."""
+        returns = np.asarray(returns, dtype=float)
+        for agent, agent_returns in enumerate(returns if returns.ndim == 2 else [returns]):
+            tag = f"eval/episodic_return/agent{agent}" if returns.ndim == 2 else "eval/episodic_return"
+            for episode, episodic_return in enumerate(agent_returns):
+                self.writer.add_scalar(tag, episodic_return, episode)
+        return {"eval/episodic_return": float(returns.mean()) if returns.size else None,
+                "eval/episodic_returns": returns.tolist() if returns.size else None}
+
+    def final_returns(self) -> list:
+        """Each agent's mean return of the episodes that ended in the last 10 iterations (None: none ended)."""
+        if not self.episodes:
+            return [None] * getattr(self.args, "num_agents", 1)
+        count, total = (np.sum(x, 0) for x in zip(*self.episodes[-10:]))
+        return [float(s / n) if n else None for s, n in zip(np.atleast_1d(total), np.atleast_1d(count))]
+
+    def final_return(self):
+        """The mean return of the episodes that ended in the last 10 iterations (of the agents, the mean of each's)."""
+        returns = [r for r in self.final_returns() if r is not None]
+        return float(np.mean(returns)) if returns else None
 
 
 if __name__ == "__main__":
