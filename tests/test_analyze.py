@@ -1369,3 +1369,94 @@ def test_a_trend_claim_holds_only_beyond_the_ranges(tmp_path, medium_factors, ho
     assert claims["eager-steady-ratio-smaller-at-medium"] == (holds, ("smaller",))
     said = "The eager ratio is smaller at the medium model <!-- claim: eager-steady-ratio-smaller-at-medium -->."
     assert bool(docs.unclaimed(said, claims)) is not holds
+
+
+# ---- issue 89, class 9
+def regime_runs(root, ratios: dict, jax: str, torch: str, **kwargs):
+    """A JAX variant's and a PyTorch variant's runs on each env in each repeat (seed r, in root/r<r>), from
+    {env: [PyTorch's time over JAX's in repeat 1, 2, ...]}; JAX's iterations are ITERATIONS, PyTorch's scaled."""
+    for env, over in ratios.items():
+        for seed, ratio in enumerate(over, 1):
+            for variant, factor in ((jax, 1.0), (torch, ratio)):
+                fake_run(root / f"r{seed}", variant, env, "small", seed, 10.0, [x * factor for x in ITERATIONS],
+                         **kwargs)
+
+
+def decision_table(by_experiment: dict, folder) -> dict:
+    """The decision table as analyze.py writes it: {regime: [fastest, A / B, time A / B, runs (host)]}."""
+    from analysis import decision
+
+    out = Output(folder)
+    decision.decision_section(by_experiment, out)
+    rows = [line[2:-2].split(" | ") for line in out.blocks["decision"].splitlines()[2:] if line.startswith("| ")]
+    return {row[0]: row[2:] for row in rows}
+
+
+def by_experiment_of(runs_dir) -> dict:
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    return {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS}
+
+
+def test_a_regime_of_two_envs_is_decided_over_its_two_envs(tmp_path):
+    """A regime that ran on two envs is decided over those two, whatever their repeats. Continuous actions on
+    Pendulum-v1 in 3 repeats, widely spread (PyTorch took 2, 3 and 4.5 times JAX's time: 3x by their geometric
+    mean), and on MountainCarContinuous-v0 in 4, closer (1.2, 1.875, 1.5, 1.5: 1.5x): the ratio is the geometric
+    mean of the 7 pairs, 2.02x (the mean of the two envs' means would be 2.12x), over 2 envs with the range of their
+    means, 1.50-3.00 (the pairs' own range is 1.20-4.50; 7 pairs counted as envs would give an interval, 4 repeats
+    pooled over envs another range). EnvPool's two envs, whose means lie either side of 1 (0.9x on CartPole-v1,
+    2x on Acrobot-v1, 3 repeats each), decide no winner: the range of their means holds 1 (their 6 pairs counted
+    as envs would give an interval)."""
+    from analysis import decision
+
+    continuous = {"Pendulum-v1": [2.0, 3.0, 4.5], "MountainCarContinuous-v0": [1.2, 1.875, 1.5, 1.5]}
+    envpool = {"CartPole-v1": [0.8, 0.9, 1.0125], "Acrobot-v1": [1.6, 2.0, 2.5]}
+    regime_runs(tmp_path / "runs" / "continuous", continuous, "linen", "torch", synced=True)
+    regime_runs(tmp_path / "runs" / "cpucompile", envpool, "linen_gymnasium-envpool", "torch_gymnasium-envpool",
+                synced=True)
+    by_experiment = by_experiment_of(tmp_path / "runs")
+    rows = {row["regime"].name: row for row in decision.decision_rows(by_experiment)}
+    assert set(rows) == {"continuous actions, JAX env", "CPU env, EnvPool"}
+    fields = lambda row: {k: row["row"][k] for k in ("geomean", "median", "min", "max", "envs", "ratios")}
+    decided, tie = rows["continuous actions, JAX env"], rows["CPU env, EnvPool"]
+    assert (decided["winner"], decided["loser"], decided["tie"], decided["runs"]) == ("linen", "torch", False, 14)
+    assert fields(decided) == pytest.approx({"geomean": (3.0 ** 3 * 1.5 ** 4) ** (1 / 7), "median": 1.875, "min": 1.5,
+                                             "max": 3.0, "envs": 2, "ratios": 7}, rel=1e-6)
+    assert (tie["winner"], tie["loser"], tie["tie"], tie["runs"]) == (
+        "linen_gymnasium-envpool", "torch_gymnasium-envpool", True, 12)
+    assert fields(tie) == pytest.approx({"geomean": 1.8 ** 0.5, "median": (1.0125 + 1.6) / 2, "min": 0.9, "max": 2.0,
+                                         "envs": 2, "ratios": 6}, rel=1e-6)
+    assert all(math.isnan(row["row"][k]) for row in (decided, tie) for k in ("ci_low", "ci_high"))  # 2 envs: none
+    assert decision_table(by_experiment, tmp_path) == {
+        "continuous actions, JAX env": ["Flax Linen", "PyTorch, eager / Flax Linen", "2.02x (2 envs, range 1.50–3.00)",
+                                        "14 (CPU, flags not recorded)"],
+        "CPU env, EnvPool": ["neither beyond the spread (Flax Linen by the mean)", "PyTorch, eager / Flax Linen",
+                             "1.34x (2 envs, range 0.90–2.00)", "12 (CPU, flags not recorded)"]}
+
+
+def test_a_regime_of_five_envs_is_decided_by_an_interval_over_its_envs(tmp_path, monkeypatch):
+    """From 5 envs on, a regime's ratio has the 95% bootstrap interval resampling its envs, each with all its repeats:
+    the JAX-env regime, were it to hold 5 envs whose PyTorch/JAX ratios spread differently (tight on one, wide on
+    others) over 3 or 4 repeats (16 pairs), is decided over 5 envs, its ratio the geometric mean of the 16 pairs,
+    its interval the one over the 5 envs, which holds 1: no winner. Resampling the 16 pairs as envs would give a
+    narrower interval, above 1, and a winner; grouping by repeat, 4 groups and a range."""
+    from analysis import decision
+
+    ratios = {"Acrobot-v1": [0.6, 0.75, 0.9], "Asterix-MinAtar": [0.95, 1.0, 1.05, 0.98],
+              "Breakout-MinAtar": [1.1, 1.6, 2.3], "CartPole-v1": [1.3, 1.35, 1.4], "MountainCar-v0": [1.5, 2.5, 3.5]}
+    five = dataclasses.replace(decision.REGIMES[0], envs=tuple(ratios))
+    monkeypatch.setattr(decision, "REGIMES", [five])
+    regime_runs(tmp_path / "runs" / "exp1", ratios, "linen", "torch")
+    by_experiment = by_experiment_of(tmp_path / "runs")
+    [row] = decision.decision_rows(by_experiment)
+    per_env = [np.array(ratios[env]) for env in sorted(ratios)]  # by hand: each env's pairs together
+    low, high = stats.bootstrap_geomean_ci(per_env)
+    means = [stats.geomean(r) for r in per_env]
+    flat = np.concatenate(per_env)
+    assert low < 1 < high and stats.bootstrap_geomean_ci([np.array([x]) for x in flat])[0] > 1  # what the data hold
+    assert (row["winner"], row["loser"], row["tie"], row["runs"]) == ("linen", "torch", True, 32)
+    assert {k: row["row"][k] for k in ("geomean", "median", "ci_low", "ci_high", "min", "max", "envs", "ratios")} == \
+        pytest.approx({"geomean": stats.geomean(flat), "median": float(np.median(flat)), "ci_low": low,
+                       "ci_high": high, "min": min(means), "max": max(means), "envs": 5, "ratios": 16}, rel=1e-6)
+    assert decision_table(by_experiment, tmp_path) == {five.name: [
+        "neither beyond the spread (Flax Linen by the mean)", "PyTorch, eager / Flax Linen",
+        f"{stats.geomean(flat):.2f}x [{low:.2f}, {high:.2f}]", "32 (CPU, flags not recorded)"]}

@@ -1,7 +1,8 @@
 """tune.py: a small study finds the better of two learning rates planted far apart, one trial a process
 or a population of trials as one process's agents; a failing trial is recorded and the study goes on; a
-pruned trial stops its run; a killed study resumes without redoing what finished; bad input is refused in
-one line with nothing written."""
+pruned trial stops its run; a trial's runs over several envs and seeds report to the pruner at steps that run
+on from run to run; a killed study resumes without redoing what finished; bad input is refused in one line with
+nothing written."""
 
 import json
 import os
@@ -9,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -96,6 +99,86 @@ def test_a_pruned_trial_stops_its_run(tmp_path, monkeypatch):
         tune.objective(Pruning(), args, space, fixed, {"CartPole-v1": (0.0, 1.0)}, 200, tmp_path)
     assert len(Pruning.reports) == 1
     assert not list(tmp_path.glob("trials/0/*/summary.json"))  # stopped long before its 200 iterations
+
+
+def run_return(env_id, seed, iteration):
+    """What a stand-in run returns at an iteration: distinct per env, seed and iteration."""
+    return (-400.0 if env_id == "Acrobot-v1" else 0.0) + 100.0 * iteration + seed
+
+
+class PolledRun:
+    """A script's process as tune.run sees it, with no process: each poll writes its next iteration to an event
+    file (the script's writer, its tags, in the run folder the script makes: env__variant__model__sSEED__time),
+    the first with no return (no episode ended yet, as the script then writes none); then its summary, exit 0."""
+
+    def __init__(self, command, **_):
+        flag = lambda name: command[command.index(name) + 1]
+        self.env_id, self.seed, self.iterations = flag("--env-id"), int(flag("--seed")), int(flag("--num-iterations"))
+        self.folder = Path(flag("--log-dir")) / f"{self.env_id}__torch__small__s{self.seed}__1000"
+        self.folder.mkdir(parents=True)
+        from tensorboard.summary import Writer
+
+        self.writer, self.done, self.returncode = Writer(str(self.folder)), 0, None
+
+    def poll(self):
+        if self.returncode is None and self.done < self.iterations:
+            self.done += 1
+            step = self.done * 512  # the script's step: env steps, which tune.py does not count by
+            self.writer.add_scalar("time/iteration", 0.1, step)
+            if self.done > 1:
+                self.writer.add_scalar("charts/episodic_return", run_return(self.env_id, self.seed, self.done), step)
+            self.writer.flush()
+        elif self.returncode is None:
+            self.writer.close()
+            final = run_return(self.env_id, self.seed, self.iterations)
+            (self.folder / "summary.json").write_text(json.dumps({"charts/episodic_return_final": final}))
+            self.returncode = 0
+        return self.returncode
+
+    def send_signal(self, sig):  # a pruned trial's run: nothing here prunes one
+        raise AssertionError(f"run {self.env_id} seed {self.seed} stopped at iteration {self.done}")
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+
+def test_a_trials_runs_over_envs_and_seeds_report_at_steps_that_run_on(tmp_path, monkeypatch):
+    """A trial of 2 envs and 2 seeds, 3 iterations a run: run k (env by env, seed by seed) reports its iteration i
+    at step 3k + i, with the mean of the runs done so far and this one's return: the steps strictly increase within
+    the trial, every report is stored, and the last is the Hyperband pruner's max_resource (12). Steps restarted at
+    1 for each run would compare one run's iteration with another trial's iteration on another env and seed (and
+    Optuna drops a step reported twice). tune.py runs here from its command line, each run a PolledRun read by
+    tune.py's own event-file reader; its only other stand-in is the half-second wait between reads."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(tune, "subprocess", SimpleNamespace(Popen=PolledRun, STDOUT=subprocess.STDOUT,
+                                                            TimeoutExpired=subprocess.TimeoutExpired))
+    monkeypatch.setattr(tune, "time", SimpleNamespace(sleep=lambda seconds: None, time=time.time))
+    reported, report = [], optuna.trial.Trial.report
+
+    def recorded(trial, value, step):  # each step in the order tune.py reports it, stored or not
+        reported.append((trial.number, step))
+        report(trial, value, step)
+
+    monkeypatch.setattr(optuna.trial.Trial, "report", recorded)
+    made, make_study = [], tune.make_study
+    monkeypatch.setattr(tune, "make_study", lambda *args: made.append(make_study(*args)) or made[-1])
+    ranges = {"CartPole-v1": (0.0, 500.0), "Acrobot-v1": (-500.0, 0.0)}
+    monkeypatch.setattr(sys, "argv", [
+        "tune.py", "ppo_torch.py", "--out", str(tmp_path), "--space", "learning_rate=log:1e-4:1e-2", "--sampler",
+        "random", "--trials", "1", "--env-ids", *ranges, "--seeds", "1", "2", "--score-range",
+        *(f"{env}={low:g}:{high:g}" for env, (low, high) in ranges.items()), "--", "--num-iterations", "3"])
+    tune.main()
+    [trial] = trials(tmp_path)
+    assert trial.state == TrialState.COMPLETE and made[0].pruner._max_resource == 12
+    norm = lambda env, seed, i: (run_return(env, seed, i) - ranges[env][0]) / (ranges[env][1] - ranges[env][0])
+    runs, expected = [(env, seed) for env in ranges for seed in (1, 2)], {}
+    for k, (env, seed) in enumerate(runs):  # iteration 1 has no return: 2 and 3 are reported
+        done = sum(norm(*run, 3) for run in runs[:k])
+        expected |= {3 * k + i: (done + norm(env, seed, i)) / (k + 1) for i in (2, 3)}
+    steps = [step for number, step in reported if number == trial.number]
+    assert all(a < b for a, b in zip(steps, steps[1:])), steps
+    assert steps == list(expected) and trial.intermediate_values == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert trial.value == pytest.approx(sum(norm(*run, 3) for run in runs) / 4, rel=1e-12)
 
 
 def test_a_killed_study_resumes_without_redoing_finished_trials(tmp_path):
