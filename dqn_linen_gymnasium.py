@@ -473,8 +473,6 @@ def evaluate(train_state: QTrainState, args: Args, num_episodes: int, epsilon: f
 
 
 # %% logging
-
-
 def env_steps(args: Args) -> int:
     """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
     return args.log_frequency

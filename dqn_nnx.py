@@ -400,8 +400,6 @@ def evaluate(model: QNetwork, key, env, env_params, num_episodes: int, epsilon: 
 
 
 # %% logging
-
-
 def env_steps(args: Args) -> int:
     """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
     return args.log_frequency

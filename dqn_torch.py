@@ -412,8 +412,6 @@ def evaluate(q_network, key, env, env_params, num_episodes: int, epsilon: float,
 
 
 # %% logging
-
-
 def env_steps(args: Args) -> int:
     """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
     return args.log_frequency

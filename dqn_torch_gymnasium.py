@@ -403,8 +403,6 @@ def evaluate(q_network, args: Args, num_episodes: int, epsilon: float, seed: int
 
 
 # %% logging
-
-
 def env_steps(args: Args) -> int:
     """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
     return args.log_frequency

@@ -461,8 +461,6 @@ def evaluate(actor: Actor, key, env, env_params, num_episodes: int):
 
 
 # %% logging
-
-
 def env_steps(args: Args) -> int:
     """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
     return args.log_frequency

@@ -460,8 +460,6 @@ def evaluate(actor_state: TargetTrainState, args: Args, num_episodes: int, seed:
 
 
 # %% logging
-
-
 def env_steps(args: Args) -> int:
     """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
     return args.log_frequency

@@ -414,8 +414,6 @@ def evaluate(actor: Actor, args: Args, num_episodes: int, seed: int) -> np.ndarr
 
 
 # %% logging
-
-
 def env_steps(args: Args) -> int:
     """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
     return args.log_frequency
