@@ -692,3 +692,40 @@ def adapter_for(script: str, compiled: bool = False) -> type[Adapter]:
             "torch_compile": TorchCompile, "linen_gymnasium": LinenGymnasium,
             "torch_gymnasium": TorchGymnasium, "torch_compile_gymnasium": TorchCompileGymnasium,
             "linen_agents": LinenAgents, "nnx_agents": NNXAgents, "torch_agents": TorchAgents}[script[4:-3]]
+
+
+# ---- The off-policy scripts' evaluation (tests/test_dqn.py, test_td3.py, test_sac.py): each action their
+# evaluate() takes, with the observation it took it on.
+
+def recorded_evaluation(m, monkeypatch) -> list:
+    """For the rest of the test, every action the module's evaluate() hands its env, with the observation it was
+    taken on, appended to the list returned as (obs, action) NumPy pairs, one per env step. The env's state carries
+    the observation the env shows (evaluate() hands the state on untouched), so one call records each pair and
+    nothing rests on the order the records come in. Inside jit (a JAX script's evaluate(), a torch script's jitted
+    Gymnax step) a debug callback hands them over: call jax.effects_barrier() before reading them."""
+    import inspect
+
+    import jax
+
+    pairs, reset, step = [], m.env_reset, m.env_step
+    host = next(iter(inspect.signature(step).parameters)) == "envs"  # Gymnasium's env_step(envs, state, action)
+    record = lambda obs, action: pairs.append((np.array(obs), np.array(action)))
+
+    def env_reset(*args, **kwargs):
+        obs, state = reset(*args, **kwargs)
+        return obs, (state, obs)
+
+    def env_step(*args, **kwargs):
+        if host:
+            envs, (state, obs), action = args
+            state, out = step(envs, state, action, **kwargs)
+            record(obs, action)
+        else:
+            (state, obs), action, *rest = args
+            state, out = step(state, action, *rest, **kwargs)
+            jax.debug.callback(record, obs, action)
+        return (state, out.obs), out
+
+    monkeypatch.setattr(m, "env_reset", env_reset)
+    monkeypatch.setattr(m, "env_step", env_step)
+    return pairs

@@ -1,6 +1,6 @@
 """DQN (dqn_*.py, docs/offpolicy.md) against the NumPy reference (tests/reference.py): the TD targets, loss,
 gradients and Adam steps from one batch; epsilon, the updates and the target copies at CleanRL's steps; the
-replay buffer's ring and its sampling; and the contract a run keeps."""
+replay buffer's ring and its sampling; the action evaluation takes; and the contract a run keeps."""
 
 from functools import partial
 
@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
+from adapters import recorded_evaluation
 from helpers import (DQN_SCRIPTS, OFFPOLICY_REGIONS, check_profiled, load, offpolicy_tiny, read_json,
                      ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 
@@ -59,6 +60,13 @@ class Linen:
     def sample(buffer, n):
         return np.asarray(buffer.sample(jax.random.key(0), n)[0])
 
+    @staticmethod
+    def evaluate(dqn, state, args, num_episodes, epsilon):
+        """The script's evaluate() as its main() calls it (jitted), on fresh envs."""
+        env, env_params = dqn.make_env(args.env_id)
+        evaluate = partial(dqn.evaluate, env=env, env_params=env_params, num_episodes=num_episodes, epsilon=epsilon)
+        return jax.jit(evaluate)(state, jax.random.key(4))
+
 
 class LinenGymnasium(Linen):
     """dqn_linen_gymnasium.py: dqn_linen.py's train state and update, Gymnasium's env, a Python loop."""
@@ -82,6 +90,10 @@ class LinenGymnasium(Linen):
     @staticmethod
     def sample(buffer, n):
         return np.asarray((buffer.sample(n) if hasattr(buffer, "rng") else buffer.sample(jax.random.key(0), n))[0])
+
+    @staticmethod
+    def evaluate(dqn, state, args, num_episodes, epsilon):
+        return dqn.evaluate(state, args, num_episodes, epsilon, 1)
 
 
 class Nnx:
@@ -120,6 +132,12 @@ class Nnx:
             runner, stats = step(model, target, optimizer, runner)
             yield (model, target, optimizer), stats, int(optimizer.opt_state[0].count[...])
 
+    @staticmethod
+    def evaluate(dqn, state, args, num_episodes, epsilon):
+        env, env_params = dqn.make_env(args.env_id)
+        evaluate = partial(dqn.evaluate, env=env, env_params=env_params, num_episodes=num_episodes, epsilon=epsilon)
+        return dqn.nnx.jit(evaluate)(state[0], jax.random.key(4))
+
     buffer, add, sample = Linen.buffer, Linen.add, Linen.sample
 
 
@@ -155,6 +173,12 @@ class Equinox:
         while True:
             model, target, opt_state, runner, stats = step(model, target, opt_state, runner)
             yield (model, target, tx, opt_state), stats, int(opt_state[0].count)
+
+    @staticmethod
+    def evaluate(dqn, state, args, num_episodes, epsilon):
+        env, env_params = dqn.make_env(args.env_id)
+        evaluate = partial(dqn.evaluate, env=env, env_params=env_params, num_episodes=num_episodes, epsilon=epsilon)
+        return dqn.eqx.filter_jit(evaluate)(state[0], jax.random.key(4))
 
     buffer, add, sample = Linen.buffer, Linen.add, Linen.sample
 
@@ -221,6 +245,11 @@ class Torch:
     def sample(buffer, n):
         return buffer.sample(n)[0].numpy()
 
+    @staticmethod
+    def evaluate(dqn, state, args, num_episodes, epsilon):
+        env, env_params = dqn.make_env(args.env_id)
+        return dqn.evaluate(state[0], jax.random.key(4), env, env_params, num_episodes, epsilon, 1)
+
 
 class TorchCompiled(Torch):
     """dqn_torch_compile.py: dqn_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
@@ -263,6 +292,10 @@ class TorchGymnasium(Torch):
     def add(buffer, *transition):
         buffer.add(*map(np.asarray, transition))
         return buffer
+
+    @staticmethod
+    def evaluate(dqn, state, args, num_episodes, epsilon):
+        return dqn.evaluate(state[0], args, num_episodes, epsilon, 1)
 
 
 ADAPTERS = {"dqn_linen.py": Linen, "dqn_nnx.py": Nnx, "dqn_equinox.py": Equinox, "dqn_torch.py": Torch,
@@ -307,16 +340,20 @@ def test_td_update_matches_the_reference(script):
 
 
 @pytest.mark.parametrize("script", DQN_SCRIPTS)
-@pytest.mark.parametrize("num_envs", [1, 3])
-def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs):
+@pytest.mark.parametrize("num_envs, tau", [(1, 1.0), (3, 0.25)])
+def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs, tau):
     """One vector step per call: epsilon as CleanRL's schedule gives it, an Adam step exactly where CleanRL
-    trains, and the target equal to the online network exactly where it copies (tau 1), unchanged elsewhere."""
+    trains, and where it updates the target, the target tau of the way to the online network as it is after this
+    step's Adam step (tau 1: equal to it exactly; tau 0.25: within float32's rounding, far under the quarter Adam
+    step by which a move toward the weights before that step would be off), unchanged elsewhere. Some updates
+    fall on a step that also trains: there a target from the weights before the step would show."""
     dqn, adapter = load(script), ADAPTERS[script]
     frequencies = dict(train_frequency=4 if num_envs == 1 else 5, target_network_frequency=7)
     args = dqn.Args(total_timesteps=60 * num_envs, learning_starts=10, buffer_size=64, batch_size=8,
-                    num_envs=num_envs, log_frequency=num_envs, **frequencies)
+                    num_envs=num_envs, log_frequency=num_envs, tau=tau, **frequencies)
     stepper, before, target = adapter.stepper(dqn, args, 1), 0, None
-    trained, copied = [], []
+    flat = lambda layers: np.concatenate([np.ravel(x) for layer in layers for x in layer])
+    trained, copied, both = [], [], 0
     for t in range(0, args.total_timesteps, num_envs):
         epsilon, trains, copies = reference.dqn_schedule(t, args.total_timesteps, args.start_e, args.end_e,
                                                          args.exploration_fraction, args.learning_starts,
@@ -325,15 +362,57 @@ def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs):
         assert float(stats["epsilon"]) == pytest.approx(epsilon, rel=1e-6), t
         assert count - before == int(trains) == int(stats["updates"]), t
         now = adapter.layers(state, target=True)
-        if copies:  # a copy of the weights after this step's update (tau 1)
-            flat = lambda layers: np.concatenate([np.ravel(x) for layer in layers for x in layer])
-            assert np.array_equal(flat(now), flat(adapter.layers(state))), t
+        if copies:  # toward the weights after this step's update
+            online = flat(adapter.layers(state))
+            if tau == 1:
+                assert np.array_equal(flat(now), online), t
+            else:
+                expected = tau * online.astype(np.float64) + (1 - tau) * flat(target)
+                np.testing.assert_allclose(flat(now), expected, rtol=1e-6, atol=1e-7, err_msg=f"step {t}")
+            both += int(trains)
         elif target is not None:
             assert all(np.array_equal(a, b) for (a, _), (b, _) in zip(now, target)), t
         before, target = count, [(np.copy(k), np.copy(b)) for k, b in now]
         trained.append(trains)
         copied.append(copies)
-    assert sum(trained) >= 5 and sum(copied) >= 3  # the check saw both happen
+    assert sum(trained) >= 5 and sum(copied) >= 3 and both >= 2  # the check saw them happen, and together
+
+
+@pytest.mark.parametrize("script", DQN_SCRIPTS)
+def test_evaluation_acts_greedily_on_q_but_at_its_epsilon(script, monkeypatch):
+    """Every action evaluate() takes, each against the argmax of the reference's Q-values (the online network's,
+    set through the adapter) at the observation it was taken on. The online network's two Q-values are made level
+    around CartPole's start, so that its greedy action changes with the observation (both come up often), and the
+    target is the online network with its two actions swapped, so that acting on it would take the other action
+    each time. At epsilon 0 every action is the argmax; at evaluation's epsilon (end-e, what main() hands it)
+    uniform exploration makes another action of end-e * (1 - 1/actions) of them, over some thousands of steps."""
+    dqn, adapter = load(script), ADAPTERS[script]
+    rng = np.random.default_rng(0)
+    args = dqn.Args()
+    layers = random_layers(rng, (4, 120, 84, 2))
+    q = lambda layers, obs: reference.q_forward(reference.as64_layers(layers), np.asarray(obs, np.float64))[0]
+    starts = q(layers, rng.uniform(-0.05, 0.05, (1000, 4)))  # CartPole's start states
+    kernel, bias = layers[-1]
+    layers[-1] = (kernel, bias + np.float32([0, np.median(starts[:, 0] - starts[:, 1])]))
+    target = [*layers[:-1], (kernel[:, ::-1].copy(), layers[-1][1][::-1].copy())]
+    state = adapter.make(dqn, args, layers, target)
+    pairs = recorded_evaluation(dqn, monkeypatch)
+    for epsilon, episodes in ((0.0, 16), (args.end_e, 64)):
+        pairs.clear()
+        adapter.evaluate(dqn, state, args, episodes, epsilon)
+        jax.effects_barrier()
+        obs, actions = (np.concatenate(x) for x in zip(*pairs))
+        values = q(layers, obs)
+        clear = np.abs(values[:, 0] - values[:, 1]) > 1e-4  # no near-tie, which float32's rounding could decide
+        greedy = values[clear].argmax(-1)
+        other = int((actions[clear] != greedy).sum())
+        n, rate = int(clear.sum()), epsilon * (1 - 1 / values.shape[1])
+        assert len(obs) == len(actions) >= 5 * episodes and n >= 0.95 * len(obs), (len(obs), n)
+        assert 0.1 < greedy.mean() < 0.9, greedy.mean()  # both actions, each often
+        if epsilon == 0:
+            assert other == 0, (other, n)
+        else:  # mean rate * n (about 50 here), a standard deviation near 7
+            assert rate * n / 3 < other < 2 * rate * n, (other, n, rate)
 
 
 @pytest.mark.parametrize("script, host", [(s, False) for s in DQN_SCRIPTS if s != "dqn_torch_compile.py"]

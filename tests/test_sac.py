@@ -1,7 +1,8 @@
 """SAC (sac_*.py, docs/offpolicy.md) against the NumPy reference (tests/reference.py): the critics' soft target
 (the smaller target critic at the actor's sampled next action, less alpha times its log-probability), the
 actor's step through the tanh-squashed sample and its log-probability, alpha's step; the actor and alpha
-policy-frequency times at CleanRL's steps and the targets at theirs; and the contract a run keeps."""
+policy-frequency times at CleanRL's steps and the targets at theirs; the action evaluation takes; and the
+contract a run keeps."""
 
 from functools import partial
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
+from adapters import recorded_evaluation
 from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, check_profiled, load, offpolicy_tiny, read_json,
                      ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 
@@ -69,6 +71,13 @@ class Linen:
             *states, runner, stats = step(*states, runner)
             yield states, stats, tuple(int(s.opt_state[0].count) for s in (states[1], states[0], states[2]))
 
+    @staticmethod
+    def evaluate(sac, states, args, num_episodes):
+        """The script's evaluate() as its main() calls it (jitted), on fresh envs."""
+        env, env_params = sac.make_env(args.env_id)
+        evaluate = partial(sac.evaluate, env=env, env_params=env_params, num_episodes=num_episodes)
+        return jax.jit(evaluate)(states[0], jax.random.key(4))
+
 
 class Nnx:
     """What the tests need of sac_nnx.py: its Model, the networks, log alpha and optimizers changed in place."""
@@ -113,6 +122,12 @@ class Nnx:
             runner, stats = step(model, runner)
             yield model, stats, tuple(int(o.opt_state[0].count[...]) for o in (
                 model.q_optimizer, model.actor_optimizer, model.alpha_optimizer))
+
+    @staticmethod
+    def evaluate(sac, model, args, num_episodes):
+        env, env_params = sac.make_env(args.env_id)
+        evaluate = partial(sac.evaluate, env=env, env_params=env_params, num_episodes=num_episodes)
+        return sac.nnx.jit(evaluate)(model.actor, jax.random.key(4))
 
 
 class Equinox:
@@ -167,6 +182,12 @@ class Equinox:
             nets, opt_states, runner, stats = step(nets, opt_states, runner)
             actor_opt, q_opt, alpha_opt = opt_states
             yield (nets, txs, opt_states), stats, (int(q_opt[0].count), int(actor_opt[0].count), int(alpha_opt[0].count))
+
+    @staticmethod
+    def evaluate(sac, state, args, num_episodes):
+        env, env_params = sac.make_env(args.env_id)
+        evaluate = partial(sac.evaluate, env=env, env_params=env_params, num_episodes=num_episodes)
+        return sac.eqx.filter_jit(evaluate)(state[0].actor, jax.random.key(4))
 
 
 class Torch:
@@ -228,6 +249,11 @@ class Torch:
             runner, stats = sac.iteration(nets, buffer, runner, lambda s, a: jax_step(s, sac.to_jax(a)), args)
             yield nets, stats, (count(nets.q_optimizer), count(nets.actor_optimizer), count(nets.a_optimizer))
 
+    @staticmethod
+    def evaluate(sac, nets, args, num_episodes):
+        env, env_params = sac.make_env(args.env_id)
+        return sac.evaluate(nets.actor, jax.random.key(4), env, env_params, num_episodes, 1)
+
 
 class TorchCompiled(Torch):
     """sac_torch_compile.py: sac_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
@@ -269,6 +295,10 @@ class LinenGymnasium(Linen):
         return (sac.HostBuffer(args.buffer_size, OBS_DIM, ACTION_DIM, 0) if args.buffer == "host" else
                 sac.Buffer.empty(args.buffer_size, OBS_DIM, ACTION_DIM))
 
+    @staticmethod
+    def evaluate(sac, states, args, num_episodes):
+        return sac.evaluate(states[0], args, num_episodes, 1)
+
 
 class TorchGymnasium(Torch):
     """sac_torch_gymnasium.py: sac_torch.py's networks and updates, Gymnasium's env and NumPy transitions."""
@@ -294,6 +324,10 @@ class TorchGymnasium(Torch):
 
         return sac.Buffer(args.buffer_size, OBS_DIM, ACTION_DIM, torch.device("cpu"), args.buffer == "host", 0)
 
+    @staticmethod
+    def evaluate(sac, nets, args, num_episodes):
+        return sac.evaluate(nets.actor, args, num_episodes, 1)
+
 
 ADAPTERS = {"sac_equinox.py": Equinox, "sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch,
             "sac_torch_compile.py": TorchCompiled, "sac_linen_gymnasium.py": LinenGymnasium,
@@ -315,6 +349,11 @@ def random_batch(rng, n):
     return (rng.normal(size=(n, OBS_DIM)).astype(np.float32), rng.normal(size=(n, OBS_DIM)).astype(np.float32),
             rng.uniform(-2, 2, (n, ACTION_DIM)).astype(np.float32), rng.normal(size=n).astype(np.float32),
             rng.random(n) < 0.5)
+
+
+def flat_layers(layers):
+    """A network's arrays in order: each layer's kernel, then its bias."""
+    return [x for layer in layers for x in layer]
 
 
 def assert_weights(got, expected, names):
@@ -367,22 +406,50 @@ def test_critic_actor_and_alpha_updates_match_the_reference(script):
 def test_critics_every_step_actor_and_alpha_in_bursts_targets_at_their_frequency(script):
     """One env step per call past learning-starts: a critic step at each; policy-frequency actor steps and as many
     of alpha where the step is a multiple of it; the critic targets moved exactly at multiples of
-    target-network-frequency."""
+    target-network-frequency, each (tau 0.25) a quarter of the way to its critic as that critic is after this
+    step's Adam step, within float32's rounding (1e-6 of a weight): a move toward the critic before the step
+    would be off by a quarter of an Adam step, some 1e-4."""
     sac, adapter = load(script), ADAPTERS[script]
     args = sac.Args(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
-                    policy_frequency=2, target_network_frequency=3)
+                    policy_frequency=2, target_network_frequency=3, tau=0.25)
     stepper, before, targets, moves = adapter.stepper(sac, args, 1), (0, 0, 0), None, 0
     for t in range(args.total_timesteps):
         state, stats, counts = next(stepper)
         learning = t > args.learning_starts
         delayed, polyak = learning and t % 2 == 0, learning and t % 3 == 0
         assert tuple(a - b for a, b in zip(counts, before)) == (int(learning), 2 * delayed, 2 * delayed), t
-        now = {k: v for k, v in adapter.weights(state).items() if k.endswith("_target")}
+        weights = adapter.weights(state)
+        now = {k: [(np.copy(a), np.copy(b)) for a, b in v] for k, v in weights.items() if k.endswith("_target")}
         if targets is not None:
             moved = [not all(np.array_equal(a, b) for (a, _), (b, _) in zip(now[k], targets[k])) for k in now]
             assert moved == [polyak] * 2, (t, moved)
+        if polyak:
+            for name in now:
+                expected = reference.polyak(weights[name.removesuffix("_target")], targets[name], args.tau)
+                for got, want in zip(flat_layers(now[name]), flat_layers(expected)):
+                    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"{name} at step {t}")
         before, targets, moves = counts, now, moves + polyak
     assert moves >= 5
+
+
+@pytest.mark.parametrize("script", SAC_SCRIPTS)
+def test_evaluation_acts_on_the_squashed_mean_in_the_bounds(script, monkeypatch):
+    """Every action evaluate() takes over four whole episodes is the reference's deterministic action at the
+    observation it was taken on: tanh of the actor's mean (no sample, no log-std), scaled into the bounds, from the
+    weights set through the adapter. The mean head's outputs reach past +-1.5, where the mean scaled without tanh
+    parts from the action by more than 1 (and tanh unscaled by half the action)."""
+    sac, adapter = load(script), ADAPTERS[script]
+    args = sac.Args()
+    w = random_weights(np.random.default_rng(0))
+    state = adapter.make(sac, args, w, np.log(0.3))
+    pairs = recorded_evaluation(sac, monkeypatch)
+    adapter.evaluate(sac, state, args, 4)
+    jax.effects_barrier()
+    obs, actions = (np.concatenate(x) for x in zip(*pairs))
+    assert len(obs) == len(actions) >= 4 * 200 and actions.shape[1:] == (ACTION_DIM,)  # Pendulum's 200 steps each
+    expected = reference.sac_actor(w["actor"], obs, np.zeros((len(obs), ACTION_DIM)), BOUNDS)[0]
+    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+    assert expected.std() > 0.3 and np.abs(expected).max() > 1  # actions across the bounds, not near one value
 
 
 @pytest.mark.parametrize("script", SAC_SCRIPTS)

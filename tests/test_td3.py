@@ -1,7 +1,7 @@
 """TD3 (td3_*.py, docs/offpolicy.md) against the NumPy reference (tests/reference.py): the critics' target
 (clipped double Q, target policy smoothing with clipped noise), their loss, gradients and Adam steps; the
 actor's step through the first critic and the Polyak steps of every target; the delayed actor at CleanRL's
-steps; the exploration; and the contract a run keeps."""
+steps; the exploration; the action evaluation takes; and the contract a run keeps."""
 
 from functools import partial
 
@@ -10,9 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
+from adapters import recorded_evaluation
 from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, TD3_SCRIPTS, check_profiled, load, offpolicy_tiny, read_json,
                      ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 from test_sac import ADAPTERS as SAC_ADAPTERS
+from test_sac import flat_layers
 
 TINY, PROFILED = offpolicy_tiny(600, 200, 50, 10)
 BOUNDS = ((-2.0,), (2.0,))  # Pendulum-v1's torque
@@ -71,6 +73,13 @@ class Linen:
     def act(td3, states, obs, uniform, noise_scale):
         return np.asarray(td3.act(states[0], jnp.asarray(obs), jax.random.key(0), uniform, noise_scale, BOUNDS))
 
+    @staticmethod
+    def evaluate(td3, states, args, num_episodes):
+        """The script's evaluate() as its main() calls it (jitted), on fresh envs."""
+        env, env_params = td3.make_env(args.env_id)
+        evaluate = partial(td3.evaluate, env=env, env_params=env_params, num_episodes=num_episodes)
+        return jax.jit(evaluate)(states[0], jax.random.key(4))
+
 
 class Nnx:
     """What the tests need of td3_nnx.py: its Model, the networks and optimizers changed in place."""
@@ -118,6 +127,12 @@ class Nnx:
     @staticmethod
     def act(td3, model, obs, uniform, noise_scale):
         return np.asarray(td3.act(model.actor, jnp.asarray(obs), jax.random.key(0), uniform, noise_scale))
+
+    @staticmethod
+    def evaluate(td3, model, args, num_episodes):
+        env, env_params = td3.make_env(args.env_id)
+        evaluate = partial(td3.evaluate, env=env, env_params=env_params, num_episodes=num_episodes)
+        return td3.nnx.jit(evaluate)(model.actor, jax.random.key(4))
 
 
 class Equinox:
@@ -173,6 +188,12 @@ class Equinox:
     @staticmethod
     def act(td3, state, obs, uniform, noise_scale):
         return np.asarray(td3.act(state[0].actor, jnp.asarray(obs), jax.random.key(0), uniform, noise_scale))
+
+    @staticmethod
+    def evaluate(td3, state, args, num_episodes):
+        env, env_params = td3.make_env(args.env_id)
+        evaluate = partial(td3.evaluate, env=env, env_params=env_params, num_episodes=num_episodes)
+        return td3.eqx.filter_jit(evaluate)(state[0].actor, jax.random.key(4))
 
 
 class Torch:
@@ -236,6 +257,11 @@ class Torch:
         torch.manual_seed(0)
         return td3.act(nets.actor, torch.as_tensor(obs), uniform, noise_scale).numpy()
 
+    @staticmethod
+    def evaluate(td3, nets, args, num_episodes):
+        env, env_params = td3.make_env(args.env_id)
+        return td3.evaluate(nets.actor, jax.random.key(4), env, env_params, num_episodes, 1)
+
 
 class TorchCompiled(Torch):
     """td3_torch_compile.py: td3_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
@@ -288,6 +314,10 @@ class LinenGymnasium(Linen):
     def act(td3, states, obs, uniform, noise_scale):
         return td3.act(jax.jit(td3.policy), states[0], obs, uniform, noise_scale, BOUNDS, np.random.default_rng(0))
 
+    @staticmethod
+    def evaluate(td3, states, args, num_episodes):
+        return td3.evaluate(states[0], args, num_episodes, 1)
+
 
 class TorchGymnasium(Torch):
     """td3_torch_gymnasium.py: td3_torch.py's networks and updates, Gymnasium's env and NumPy transitions."""
@@ -312,6 +342,10 @@ class TorchGymnasium(Torch):
         import torch
 
         return td3.Buffer(args.buffer_size, OBS_DIM, ACTION_DIM, torch.device("cpu"), args.buffer == "host", 0)
+
+    @staticmethod
+    def evaluate(td3, nets, args, num_episodes):
+        return td3.evaluate(nets.actor, args, num_episodes, 1)
 
 
 ADAPTERS = {"td3_linen.py": Linen, "td3_nnx.py": Nnx, "td3_equinox.py": Equinox, "td3_torch.py": Torch,
@@ -380,10 +414,12 @@ def test_critic_and_actor_updates_match_the_reference(script):
 def test_critics_every_step_and_the_actor_and_targets_every_policy_frequency(script):
     """One env step per call: a critic step at every global step past learning-starts (CleanRL's), an actor step
     and a Polyak step of every target exactly where that step is also a multiple of policy-frequency, and the
-    targets unchanged everywhere else."""
+    targets unchanged everywhere else. Each Polyak step (tau 0.25) moves its target a quarter of the way to its
+    network as that network is after this step's Adam step, within float32's rounding (1e-6 of a weight): a move
+    toward the weights before the step would be off by a quarter of an Adam step, some 1e-5 or more."""
     td3, adapter = load(script), ADAPTERS[script]
     args = td3.Args(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
-                    policy_frequency=3)
+                    policy_frequency=3, tau=0.25)
     stepper, before, targets = adapter.stepper(td3, args, 1), (0, 0), None
     actor_steps = 0
     for t in range(args.total_timesteps):
@@ -392,10 +428,16 @@ def test_critics_every_step_and_the_actor_and_targets_every_policy_frequency(scr
         delayed = learning and t % args.policy_frequency == 0
         assert (counts[0] - before[0], counts[1] - before[1]) == (int(learning), int(delayed)), t
         assert (int(stats["updates"]), int(stats["actor_updates"])) == (int(learning), int(delayed)), t
-        now = {k: v for k, v in adapter.weights(state).items() if k.endswith("_target")}
+        weights = adapter.weights(state)
+        now = {k: [(np.copy(a), np.copy(b)) for a, b in v] for k, v in weights.items() if k.endswith("_target")}
         if targets is not None:
             moved = [not all(np.array_equal(a, b) for (a, _), (b, _) in zip(now[k], targets[k])) for k in now]
             assert moved == [delayed] * 3, (t, moved)
+        if delayed:
+            for name in now:
+                expected = reference.polyak(weights[name.removesuffix("_target")], targets[name], args.tau)
+                for got, want in zip(flat_layers(now[name]), flat_layers(expected)):
+                    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"{name} at step {t}")
         before, targets, actor_steps = counts, now, actor_steps + delayed
     assert actor_steps >= 5  # the check saw it happen
 
@@ -416,6 +458,25 @@ def test_exploration_is_uniform_then_the_actor_plus_scaled_noise(script):
     assert noisy.mean() == pytest.approx(0, abs=0.01) and noisy.std() == pytest.approx(0.1 * 2, rel=0.03)
     wide = adapter.act(td3, state, obs, False, 2.0)[:, 0]  # noise of four: half the actions past the bounds
     assert wide.min() == -2 and wide.max() == 2 and np.mean(np.abs(wide) == 2) > 0.4
+
+
+@pytest.mark.parametrize("script", TD3_SCRIPTS)
+def test_evaluation_acts_with_the_actor_scaled_into_the_bounds(script, monkeypatch):
+    """Every action evaluate() takes over four whole episodes is the reference's actor output at the observation
+    it was taken on: tanh of the MLP, scaled into the bounds, no exploration noise, the actor's weights as set
+    through the adapter (not the target actor's, set apart, nor the script's initial ones)."""
+    td3, adapter = load(script), ADAPTERS[script]
+    args = td3.Args()
+    w = random_weights(np.random.default_rng(0))
+    state = adapter.make(td3, args, w)
+    pairs = recorded_evaluation(td3, monkeypatch)
+    adapter.evaluate(td3, state, args, 4)
+    jax.effects_barrier()
+    obs, actions = (np.concatenate(x) for x in zip(*pairs))
+    assert len(obs) == len(actions) >= 4 * 200 and actions.shape[1:] == (ACTION_DIM,)  # Pendulum's 200 steps each
+    expected = reference.td3_actor(w["actor"], obs, BOUNDS)[0]
+    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
+    assert expected.std() > 0.3 and np.abs(expected).max() > 1  # actions across the bounds, not near one value
 
 
 @pytest.mark.parametrize("script", CPU_ENV)
