@@ -27,7 +27,8 @@ import tempfile
 
 SLOWEST = ("test_contract.py", "test_sac.py", "test_saving.py", "test_compilation.py", "test_evaluation.py",
            "test_equivalence.py", "test_agents.py", "test_dqn.py", "test_td3.py", "test_learning.py",
-           "test_vectorization.py", "test_guards.py", "test_bench.py", "test_rollout.py", "test_results.py",
+           "test_draws.py", "test_vectorization.py", "test_guards.py", "test_shared_paths.py", "test_bench.py",
+           "test_rollout.py", "test_results.py",
            "test_analyze.py", "test_tune.py", "test_learning_more.py")
 CACHE = "JAX_COMPILATION_CACHE_DIR"
 LAZY_IMPORTS = os.path.join(os.path.dirname(__file__), "lazy_imports")
