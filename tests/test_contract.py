@@ -398,9 +398,9 @@ def test_unwritable_log_dir(script, tmp_path, capsys):
             os.rmdir(place)
             pytest.skip("found no place this user may not write")
     args = dataclasses.replace(m.Args(), log_dir=str(place))
-    env_info = [{}] if script in GYMNASIUM_SCRIPTS else []  # their run.json also says which env ran
+    env_info = {"env": {}} if script in GYMNASIUM_SCRIPTS else {}  # their run.json also says which env ran
     with pytest.raises(SystemExit) as exit_info:
-        m.make_run_dir(args, "test", "cpu", {}, *env_info)
+        m.make_run_dir(args, "test", "cpu", {}, **env_info)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("error: cannot create a run directory in --log-dir"), err
     assert not os.path.exists(place)
