@@ -165,8 +165,7 @@ def torch_env_runs(tmp_path_factory):
 
     kept = {name: jax.config.values[name] for name in JAX_SET_BY_SCRIPTS}
     try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(torch._inductor.config, "fallback_random", True)
+        with torch._inductor.config.patch(fallback_random=True):  # torch's own patch: set back as it was after
             return {s: trained_states(s, tmp_path_factory.mktemp(s.removesuffix(".py")), **changes)
                     for s, changes in TORCH_ENV_RUNS.items()}
     finally:  # what train() sets for its process, set back for the tests after it
