@@ -724,6 +724,7 @@ class RunLog:
     def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
         self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
         self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
+        self.traced = traced(args)  # --profile's iterations (from 0)
         self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
 
     def write(self, tag: str, value, step: int):
@@ -751,8 +752,8 @@ class RunLog:
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
             self.writer.add_scalar("memory/peak_device_mb", device_mb, step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
-        if self.args.profile and iteration + 1 in (traced(self.args).start, traced(self.args).stop):
-            self.trace(start=iteration + 1 == traced(self.args).start)
+        if self.args.profile and iteration + 1 in (self.traced.start, self.traced.stop):
+            self.trace(start=iteration + 1 == self.traced.start)
         return f"{self.variant} {step:,} steps SPS {scalars['charts/SPS']:,.0f} return {self.final_return() or 0:.1f}"
 
     def trace(self, start: bool):
