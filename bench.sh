@@ -115,6 +115,15 @@ Presets (default: sweep)
              subfolder envs<N>) x Linen, and PyTorch with the env in torch compiled with it (CUDA graphs
              per step), compiled without CUDA graphs (-default-torchenv) and eager, and compiled
              through Gymnax; --sync-timing, 18 iterations (or --iterations)
+  hosts        the answer on another CPU (docs/benchmark.md): one setup per regime of the decision table that
+               decides something, each framework's pick there and its closest rival, --sync-timing, 20
+               iterations (or --iterations) for PPO; in subfolders named after the regime: jax-env (CartPole-v1,
+               Breakout-MinAtar), own-env (CartPole-v1, Pendulum-v1, PyTorch's env in torch), loop and envpool
+               (CartPole-v1, Acrobot-v1 on Gymnasium and EnvPool), mujoco (HalfCheetah-v5), craftax
+               (Craftax-Classic-Symbolic-v1), many-agents (16 agents on CartPole-v1), minatar-cnn
+               (Breakout-MinAtar, the CNN), atari (Breakout-v5 at CleanRL's Atari batch), dqn-jax and dqn-cpu
+               (CartPole-v1, an update every 10 env steps), td3 and sac (Pendulum-v1, 12,000 env steps that
+               train); --repeats 3: about an hour on 2 cores; analyze.py adds the decision table by host
   gpucheck     a smoke test of every CUDA path on any GPU machine, a few minutes (gpucheck.py:
                one line per check, into DIR/gpucheck.json too); exit 1 if a check fails
 
@@ -273,6 +282,22 @@ PROFILE_OFFPOLICY=(linen torch torch_compile torch_compile-torchenv)  # profile:
 PROFILE_OFFPOLICY_ARGS="--profile,--total-timesteps,2000,--learning-starts,1000,--log-frequency,100"  # 2 of 20 traced
 DQN_PIXELS_ARGS="--total-timesteps,500000,--learning-rate,1e-4,--buffer-size,100000,--batch-size,32,--train-frequency,4,--target-network-frequency,1000,--learning-starts,20000,--end-e,0.01,--exploration-fraction,0.1"
 MIN_ITERATIONS=18  # analyze.py's steady state: iterations 8..end, at least 10 of them
+# hosts: per regime, each framework's pick in the decision table and its closest rival (issue 90)
+HOSTS_JAX_ENV=(linen nnx torch_compile)
+HOSTS_OWN_ENV=(linen nnx torch-torchenv torch_compile-torchenv)
+HOSTS_LOOP=(linen_gymnasium torch_gymnasium torch_compile_gymnasium)
+HOSTS_ENVPOOL=(linen_gymnasium-envpool torch_gymnasium-envpool torch_compile_gymnasium-envpool-update)
+HOSTS_MUJOCO=(linen_gymnasium torch_gymnasium torch_compile_gymnasium-update)
+HOSTS_CRAFTAX=(linen torch_compile)
+HOSTS_AGENTS=(nnx_agents linen_agents torch_agents_compile)
+HOSTS_CNN=(nnx_cached linen torch_compile)
+HOSTS_ATARI=(linen_gymnasium-envpool torch_gymnasium-envpool)
+HOSTS_DQN=(dqn_linen dqn_torch-host dqn_torch_compile)
+HOSTS_DQN_CPU=(dqn_linen_gymnasium-host dqn_torch_gymnasium-host)
+HOSTS_TD3=(td3_linen td3_nnx td3_torch_compile)
+HOSTS_SAC=(sac_linen sac_torch_compile sac_torch-host)
+HOSTS_AGENT_COUNT=16
+HOSTS_OFFPOLICY_ARGS="--total-timesteps,17000,--learning-starts,5000"  # 12 iterations that train: a steady state
 PYTHON=${PYTHON:-python}
 
 setting_env() {  # the environment assignments of a tuning setting
@@ -401,9 +426,9 @@ fi
 case $preset in
   sweep) experiments=(warmup exp1 exp2 exp3 cpuenv envscale agents expensive torchenv cpucompile) ;;
   quick) experiments=(exp1 exp2 cpuenv envscale); [[ -n $iterations ]] || iterations=$MIN_ITERATIONS ;;
-  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|offpolicy-cleanrl|tunesweep|profile|gpu|gpuscale) experiments=("$preset") ;;
+  warmup|exp1|exp2|exp3|cpuenv|envscale|agents|expensive|torchenv|cpucompile|tuning|continuous|continuous-learning|pixels|pixels-learning|dqn|dqn-learning|offpolicy|offpolicy-learning|offpolicy-cleanrl|tunesweep|profile|gpu|gpuscale|hosts) experiments=("$preset") ;;
   gpucheck) mkdir -p "$out"; exec "$PYTHON" gpucheck.py --log-dir "$out/gpucheck" --out "$out/gpucheck.json" ;;
-  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, offpolicy-cleanrl, tunesweep, profile, gpu, gpuscale or gpucheck" ;;
+  *) die "unknown preset '$preset': sweep, quick, warmup, exp1, exp2, exp3, cpuenv, envscale, agents, expensive, torchenv, cpucompile, tuning, continuous, continuous-learning, pixels, pixels-learning, dqn, dqn-learning, offpolicy, offpolicy-learning, offpolicy-cleanrl, tunesweep, profile, gpu, gpuscale, hosts or gpucheck" ;;
 esac
 if [[ -n $iterations ]] && ((iterations < MIN_ITERATIONS)); then
   echo "bench.sh: warning: with --iterations $iterations < $MIN_ITERATIONS, analyze.py finds no steady state" \
@@ -447,16 +472,16 @@ add() {  # experiment repeat sync subfolder args envs... -- variants... -- model
   models=("$@")
   if [[ ${#env_filter[@]} -gt 0 && $exp == exp3 ]]; then  # exp3 is Acrobot-v1's: kept only if listed
     contains Acrobot-v1 "${env_filter[@]}" || return 0
-  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile) ]]; then
+  elif [[ ${#env_filter[@]} -gt 0 && ($exp == cpuenv || $exp == envscale || $exp == expensive || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile || $exp == hosts) ]]; then
     local own=("${TWIN_ENVS[@]}") kept=()  # the listed twins, or the listed envs of expensive's and continuous's
     [[ $exp == expensive ]] && own=("${EXPENSIVE_ENVS[@]}")
-    [[ $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile ]] && own=("${envs[@]}")
+    [[ $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile || $exp == hosts ]] && own=("${envs[@]}")
     for e in "${env_filter[@]}"; do contains "$e" "${own[@]}" && kept+=("$e"); done
     envs=("${kept[@]}")
   elif [[ ${#env_filter[@]} -gt 0 && $exp != warmup && $exp != tuning ]]; then
     envs=("${env_filter[@]}")
   fi
-  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile) ]]; then  # each list keeps its listed variants
+  if [[ ${#variant_filter[@]} -gt 0 && ($exp == agents || $exp == tuning || $exp == continuous* || $exp == pixels* || $exp == gpu* || $exp == torchenv || $exp == cpucompile || $exp == dqn* || $exp == offpolicy* || $exp == tunesweep || $exp == profile || $exp == hosts) ]]; then  # each list keeps its listed variants
     local kept=(); for v in "${variant_filter[@]}"; do contains "$v" "${variants[@]}" && kept+=("$v"); done
     variants=("${kept[@]}")
   elif [[ ${#variant_filter[@]} -gt 0 ]]; then variants=("${variant_filter[@]}"); fi
@@ -596,6 +621,21 @@ for r in $(seq 1 "$repeats"); do
           ${cleanrl:+"${OFFPOLICY_LEARNING_CLEANRL[@]}"} -- small ;;
       offpolicy-cleanrl) add offpolicy-cleanrl "$r" async - "$OFFPOLICY_CLEANRL_ARGS" HalfCheetah-v5 \
           -- "${OFFPOLICY_LEARNING[@]}" "${OFFPOLICY_LEARNING_CLEANRL[@]}" -- small ;;
+      hosts)  # one setup per regime; PPO's at 20 iterations, the steady state's least and a few more
+        ppo="--num-iterations,${iterations:-20}"
+        add hosts "$r" sync jax-env "$ppo" CartPole-v1 Breakout-MinAtar -- "${HOSTS_JAX_ENV[@]}" -- small
+        add hosts "$r" sync own-env "$ppo" CartPole-v1 Pendulum-v1 -- "${HOSTS_OWN_ENV[@]}" -- small
+        add hosts "$r" sync loop "$ppo" CartPole-v1 Acrobot-v1 -- "${HOSTS_LOOP[@]}" -- small
+        add hosts "$r" sync envpool "$ppo" CartPole-v1 Acrobot-v1 -- "${HOSTS_ENVPOOL[@]}" -- small
+        add hosts "$r" sync mujoco "$ppo" HalfCheetah-v5 -- "${HOSTS_MUJOCO[@]}" -- small
+        add hosts "$r" sync craftax "$ppo" Craftax-Classic-Symbolic-v1 -- "${HOSTS_CRAFTAX[@]}" -- small
+        add hosts "$r" sync many-agents "--num-agents,$HOSTS_AGENT_COUNT,$ppo" CartPole-v1 -- "${HOSTS_AGENTS[@]}" -- small
+        add hosts "$r" sync minatar-cnn "$ppo" Breakout-MinAtar -- "${HOSTS_CNN[@]}" -- cnn
+        add hosts "$r" sync atari "$ATARI_ARGS,$ppo" Breakout-v5 -- "${HOSTS_ATARI[@]}" -- cnn
+        add hosts "$r" async dqn-jax "--total-timesteps,$DQN_STEPS,--train-frequency,10" CartPole-v1 -- "${HOSTS_DQN[@]}" -- small
+        add hosts "$r" async dqn-cpu "--total-timesteps,$DQN_STEPS,--train-frequency,10" CartPole-v1 -- "${HOSTS_DQN_CPU[@]}" -- small
+        add hosts "$r" async td3 "$HOSTS_OFFPOLICY_ARGS" Pendulum-v1 -- "${HOSTS_TD3[@]}" -- small
+        add hosts "$r" async sac "$HOSTS_OFFPOLICY_ARGS" Pendulum-v1 -- "${HOSTS_SAC[@]}" -- small ;;
       pixels-learning) add pixels-learning "$r" async - "--num-iterations,$PIXELS_LEARNING_ITERATIONS" Breakout-MinAtar -- linen torch -- cnn ;;
       tuning)
         for pair in "${TUNING[@]}"; do
@@ -676,7 +716,7 @@ command_of() {
   fi
   [[ $sync == sync ]] && cmd+=(--sync-timing)
   [[ $args == - ]] || cmd+=($(split "$args"))
-  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* && $exp != tunesweep && $exp != profile && $exp != gpu* ]] && cmd+=(--num-iterations "$iterations")  # in args there
+  [[ -n $iterations && $exp != envscale && $exp != expensive && $exp != tuning && $exp != continuous && $exp != pixels && $exp != torchenv && $exp != cpucompile && $exp != dqn* && $exp != offpolicy* && $exp != tunesweep && $exp != profile && $exp != gpu* && $exp != hosts ]] && cmd+=(--num-iterations "$iterations")  # in args there
   cmd+=("${extra[@]}")
 }
 abs_python() { [[ $PYTHON == */* && $PYTHON != /* ]] && echo "$PWD/$PYTHON" || echo "$PYTHON"; }

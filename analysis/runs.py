@@ -26,6 +26,7 @@ EXPERIMENTS = ("exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensiv
                "offpolicy-learning",  # and their CPU-env twins learning MuJoCo's HalfCheetah, beside CleanRL's
                "offpolicy-cleanrl",  # and the twins' time beside CleanRL's own scripts, in the same sessions
                "gpuscale",  # the GPU's own regime (issue 55): CartPole-v1 at 32-4,096 envs, and its CPU side
+               "hosts",  # one setup per regime of the decision table, on each host type the work lands on (issue 90)
                "tunesweep")  # a tuning sweep (issue 54): tune.py's trials one by one, or as one process's agents
 CLEANRL_RUNS = "cleanrl-runs"  # a folder of runs by CleanRL's own scripts beside ours: its event files, as it wrote them
 LEFT_OUT = "left-out.json"  # in an archive: the runs `analyze.py archive` did not pack, and why
