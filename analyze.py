@@ -37,6 +37,7 @@ from analysis.exp2 import exp2_section, exp3_section
 from analysis.findings import findings_section
 from analysis.gpu import gpu_section
 from analysis.headline import headline_section, study_section
+from analysis.hosts import hosts_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
 from analysis.profiles import profiles_section
@@ -79,7 +80,7 @@ def report(args: Report) -> int:
     # the discrete envs' step times (the continuous ones have their own env-alone runs, env_alone.py's; the
     # pixel study's envs are MinAtar's, measured with the others, and Atari, which is not Gymnax's)
     times = env_times(out, sorted({r.env_id for r in runs if not r.experiment.startswith(
-        ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn", "offpolicy", "tunesweep"))}))
+        ("continuous", "pixels", "gpu", "torchenv", "cpucompile", "dqn", "offpolicy", "tunesweep", "hosts"))}))
     cx = complexity(times)
     o = Output(out)
     extra = ([f"{len(cleanrl)} of CleanRL's own scripts"] if cleanrl else []) + (
@@ -90,9 +91,10 @@ def report(args: Report) -> int:
     by_experiment = {e: [r for r in runs if r.experiment == e] for e in EXPERIMENTS}
     (exp1, exp2, exp3, cpuenv, envscale, agents, expensive, tuning, craftax_learning, continuous,
      continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning,
-     offpolicy, offpolicy_learning, offpolicy_cleanrl, gpuscale, tunesweep) = by_experiment.values()
+     offpolicy, offpolicy_learning, offpolicy_cleanrl, gpuscale, _, tunesweep) = by_experiment.values()  # _: hosts
     # (headline: below)
     decision_section(by_experiment, o)
+    hosts_section(by_experiment, o)
     write_targets(by_experiment, out)  # what a run's end line compares its return with
     if headline := by_experiment["headline"] or exp1:  # the shuffled, repeated re-run of Experiment 1 where it ran
         headline_section(headline, cpuenv, agents, expensive, continuous, pixels, o)
@@ -160,7 +162,7 @@ def report(args: Report) -> int:
     # envscale's, the agent scripts', nor Craftax's)
     not_parity = ("envscale", "agents", "expensive", "tuning", "craftax-learning", "continuous", "continuous-learning",
                   "pixels", "pixels-learning", "gpu", "headline", "torchenv", "cpucompile", "dqn", "dqn-learning",
-                  "offpolicy", "offpolicy-learning", "offpolicy-cleanrl", "gpuscale", "tunesweep")
+                  "offpolicy", "offpolicy-learning", "offpolicy-cleanrl", "gpuscale", "tunesweep", "hosts")
     if small := [r for r in runs if r.model == "small" and r.experiment not in not_parity]:
         learning_section(small, exp1 or small, o)  # parity over Experiment 1's seeds
     o.claims_table()

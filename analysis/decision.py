@@ -67,6 +67,7 @@ class Regime:
     value: Callable = ITERATION  # the time compared: the steady iteration (per agent for agents)
     setup: str = ""  # rows with one setup (the same envs and scripts at another model size) count once
     learning: str | None = None  # the experiment whose runs learn for a whole run: time to the target return
+    hosts: str = ""  # bench.sh hosts's subfolder: this regime's one setup, run on every host type (analysis/hosts.py)
 
     def keep(self, run) -> bool:
         return (run.env_id in self.envs and run.model in self.models
@@ -86,37 +87,37 @@ JAX_ENVS = ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar", "Asterix-MinAtar") 
 TORCH_TWINS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")  # the envs in torch the study ran
 REGIMES = [
     Regime("JAX env, small model", "the env is JAX code (Gymnax), which PyTorch steps through DLPack, 64-wide MLP",
-           "headline, exp1", JAX_ENVS, setup="JAX env", learning="headline"),
+           "headline, exp1", JAX_ENVS, setup="JAX env", learning="headline", hosts="jax-env"),
     Regime("JAX env, medium model", "the same, 256-wide MLP", "headline, exp1", JAX_ENVS, ("medium",), setup="JAX env",
            learning="headline"),
     Regime("each framework's own env, small model", "JAX steps Gymnax, PyTorch the same envs written in torch "
            "(CartPole-v1, Acrobot-v1, Pendulum-v1), 64-wide MLP", "torchenv", TORCH_TWINS, variants=OWN_ENV,
-           setup="own env"),
+           setup="own env", hosts="own-env"),
     Regime("each framework's own env, medium model", "the same, 256-wide MLP", "torchenv", TORCH_TWINS, ("medium",),
            OWN_ENV, setup="own env"),
     Regime("CPU env, Gymnasium's loop", "a Python env stepped by Gymnasium's SyncVectorEnv, small model",
-           "cpucompile, cpuenv", ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar"), variants=LOOP),
+           "cpucompile, cpuenv", ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar"), variants=LOOP, hosts="loop"),
     Regime("CPU env, EnvPool", "a C++ env batch (EnvPool), small model", "cpucompile, cpuenv",
-           ("CartPole-v1", "Acrobot-v1"), variants=ENVPOOL),
+           ("CartPole-v1", "Acrobot-v1"), variants=ENVPOOL, hosts="envpool"),
     Regime("expensive JAX env", "Craftax: a JAX env whose step costs more than a small model", "expensive",
-           ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")),
+           ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1"), hosts="craftax"),
     Regime("many agents, one process", "N agents trained at once (vmap, torch.func), the largest N measured, "
-           "time per agent", "agents", ("CartPole-v1",), value=PER_AGENT),
+           "time per agent", "agents", ("CartPole-v1",), value=PER_AGENT, hosts="many-agents"),
     Regime("continuous actions, JAX env", "Pendulum-v1 and MountainCarContinuous-v0 in Gymnax, a Gaussian policy, "
            "small model", "continuous", ("Pendulum-v1", "MountainCarContinuous-v0"), variants=JAX_ENV,
            learning="continuous-learning"),
     Regime("continuous actions, MuJoCo", "HalfCheetah-v5 and Hopper-v5, MuJoCo's C engine in Gymnasium's loop, "
            "small model", "cpucompile, continuous", ("HalfCheetah-v5", "Hopper-v5"), variants=LOOP,
-           learning="continuous-learning"),
+           learning="continuous-learning", hosts="mujoco"),
     Regime("pixels, JAX env", "MinAtar's 10x10 images, the CNN (JAX convolving on a CPU as patches times the kernel, "
            "the scripts' way around XLA's slow convolution gradient)", "pixels", ("Breakout-MinAtar", "Asterix-MinAtar"),
-           ("cnn",), JAX_ENV, learning="pixels-learning"),
+           ("cnn",), JAX_ENV, learning="pixels-learning", hosts="minatar-cnn"),
     Regime("pixels, Atari", "84x84 Atari frames through EnvPool, the Nature CNN (JAX's as patches, as above), "
            "CleanRL's Atari batch",
-           "cpucompile, pixels", ("Breakout-v5", "Pong-v5"), ("cnn",), ENVPOOL),
+           "cpucompile, pixels", ("Breakout-v5", "Pong-v5"), ("cnn",), ENVPOOL, hosts="atari"),
     Regime("DQN, JAX env", "DQN (CleanRL's dqn.py) on CartPole-v1 in Gymnax, an update every 10 env steps, each "
            "framework's replay buffer where it was fastest (device or host)", "dqn", ("CartPole-v1",), variants=DQN,
-           also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning"),
+           also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning", hosts="dqn-jax"),
     Regime("DQN, an update every env step", "the same, --train-frequency 1: the update's cost dominates", "dqn",
            ("CartPole-v1",), variants=DQN, also=lambda r: dqn.at(r, 1), value=dqn.steady),
     Regime("DQN, many envs", "the same, PureJaxRL's shape: 10 envs stepped at once, an update per vector step", "dqn",
@@ -126,10 +127,11 @@ REGIMES = [
            value=dqn.steady),
     Regime("DQN, CPU env", "the same DQN on CartPole-v1's Gymnasium twin, a Python loop of env steps (CleanRL's dqn.py "
            "and dqn_jax.py setups), an update every 10 env steps", "dqn", ("CartPole-v1",), variants=DQN_CPU,
-           also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning"),
+           also=lambda r: dqn.at(r, 10), value=dqn.steady, learning="dqn-learning", hosts="dqn-cpu"),
     *(Regime(f"{alg}, JAX env", f"{alg} (CleanRL's {script}) on Pendulum-v1 in Gymnax, an update every env step, "
              "each framework's replay buffer where it was fastest (device or host)", "offpolicy", ("Pendulum-v1",),
-             variants=tuple(f"{alg.lower()}_{v}" for v in OFFPOLICY), value=dqn.steady, learning="offpolicy")
+             variants=tuple(f"{alg.lower()}_{v}" for v in OFFPOLICY), value=dqn.steady, learning="offpolicy",
+             hosts=alg.lower())
       for alg, script in (("TD3", "td3_continuous_action.py"), ("SAC", "sac_continuous_action.py"))),
     *(Regime(f"{alg}, each framework's own env", f"the same {alg}, JAX stepping Gymnax, PyTorch the same Pendulum-v1 "
              "written in torch", "offpolicy", ("Pendulum-v1",), variants=tuple(f"{alg.lower()}_{v}" for v in OFFPOLICY_OWN),
@@ -146,12 +148,17 @@ REGIMES = [
 ]
 
 
-def host_of(run) -> str:
-    """The machine kind a run's time depends on: a GPU by name, a CPU by its widest vector unit."""
-    if run.info.get("device", "cpu") != "cpu":
-        return run.info["device"]
-    flags = run.info.get("cpu_flags")
-    return "AVX-512 CPU" if flags and "avx512f" in flags else "AVX2 CPU" if flags else "CPU, flags not recorded"
+def host_type(run) -> str:
+    """The machine a run's time depends on: a GPU by name; a CPU by its model name, family and model (lscpu's),
+    widest vector unit and cores, as far as run.json recorded them."""
+    info = run.info
+    if info.get("device", "cpu") != "cpu":
+        return info["device"]
+    flags, (family, model) = info.get("cpu_flags"), info.get("cpu_family_model") or (None, None)
+    vector = "AVX-512" if flags and "avx512f" in flags else "AVX2" if flags else "vector units not recorded"
+    kind = f"family {family} model {model}, " if family and model else ""
+    cores = f", {info['cores']} cores" if info.get("cores") else ""
+    return f"{info.get('cpu') or 'CPU'} ({kind}{vector}{cores})"
 
 
 def cell(run) -> tuple:
@@ -202,7 +209,7 @@ def decide(runs, value) -> dict | None:
             "paired": paired,
             "tie": not below(1, row), "devices": {r.info.get("device") for r in runs},
             "runs": sum(cell(r) in chosen and r.variant in chosen[cell(r)].values() for r in runs),
-            "hosts": sorted({host_of(r) for r in runs if cell(r) in chosen})}
+            "hosts": sorted({host_type(r) for r in runs if cell(r) in chosen})}
 
 
 def to_target(regime: Regime, by_experiment: dict, targets: dict) -> dict | str | None:
@@ -232,15 +239,19 @@ def own_targets(runs) -> dict:
 SELECT = {"agents": most_agents, "tunesweep": lambda runs: largest(sweeps(runs)[0])}  # what a regime compares
 
 
+def regime_runs(regime: Regime, by_experiment: dict, host: str | None = None) -> list:
+    """The runs a regime compares (on one host type, if given): those of the first of its experiments with any."""
+    on = lambda runs: [r for r in runs if host is None or host_type(r) == host]
+    kept = ((e, [r for r in SELECT.get(e, list)(on(by_experiment.get(e, []))) if regime.keep(r)])
+            for e in regime.experiment.split(", "))
+    experiment, runs = next(((e, runs) for e, runs in kept if runs), (None, []))
+    return defaults_only(runs) if experiment == "cpuenv" else runs
+
+
 def decision_rows(by_experiment: dict, targets: dict | None = None) -> list[dict]:
     rows, targets = [], study_targets(by_experiment) if targets is None else targets
     for regime in REGIMES:
-        kept = ((e, [r for r in SELECT.get(e, list)(by_experiment.get(e, [])) if regime.keep(r)])
-                for e in regime.experiment.split(", "))
-        experiment, runs = next(((e, runs) for e, runs in kept if runs), (None, []))
-        if experiment == "cpuenv":
-            runs = defaults_only(runs)
-        if runs:
+        if runs := regime_runs(regime, by_experiment):
             rows.append({"regime": regime, **(decide(runs, regime.value)
                                               or {"why": undecided(runs, regime.value), "runs": len(runs)}),
                          "whole": decide(runs, run_of_length), "target": to_target(regime, by_experiment, targets)})
@@ -263,14 +274,20 @@ def label(variant: str) -> str:
     return name + (", its policy step eager" if variant.endswith("-update") else "")
 
 
-def answer(rows: list[dict]) -> str:
+def answer(rows: list[dict], flips: tuple = ()) -> str:
     """The sentences: on a CPU, and on a GPU, in how many of the decided regimes (and independent setups)
-    each framework was fastest, by how much, and in how many neither was beyond the spread."""
+    each framework was fastest, by how much, and in how many neither was beyond the spread. A regime in flips
+    (its verdict differs between the host types that ran it: analysis/hosts.py) counts as decided on none."""
     open_ = sum("winner" not in row for row in rows)
-    decided = [row for row in rows if "winner" in row]
+    flipped = [row["regime"].name for row in rows if "winner" in row and row["regime"].name in flips]
+    decided = [row for row in rows if "winner" in row and row["regime"].name not in flips]
     kind = lambda row: "GPU" if row["devices"] - {"cpu"} else "CPU"
     sentences = [f"On a {k}, {tally([row for row in decided if kind(row) == k])}." for k in ("CPU", "GPU")
                  if any(kind(row) == k for row in decided)]
+    if flipped:
+        one = len(flipped) == 1
+        sentences.append(f"{'One' if one else len(flipped)} more depend{'s' * one} on the CPU, {'its' if one else 'their'} "
+                         f"verdict differing between the host types that ran {'it' if one else 'them'} ({'; '.join(flipped)}).")
     return " ".join(sentences) + (f" {open_} more regime{'s' * (open_ > 1)} ran without a verdict (the table says why)."
                                   if open_ else "")
 
@@ -329,8 +346,10 @@ def decision_section(by_experiment: dict, out):
                       "iterations)" for experiment, envs in sorted(learning.items()))
     if not any("winner" in row for row in rows):
         return
+    from .hosts import flips, host_rows  # the same regimes on each host type that ran them
+    by_host = host_rows(by_experiment)
     out.heading("The answer by regime")
-    out.text([answer(rows)], block="answer")
+    out.text([answer(rows, flips(by_host))], block="answer")
     out.table("Which framework is fastest where: in each regime, each framework represented in every pair (env and "
               "repeat) by its variant that was fastest in the other pairs, and the slower one's time over the faster "
               "one's (steady iterations)",

@@ -1199,6 +1199,66 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
                                      "ran without a verdict (the table says why).")
 
 
+def on_host(run_dir, family_model, flags=("avx2", "avx512f"), session=None):
+    """The run's run.json as bench.sh writes it on a host type (calibrate.py's session beside it, if named)."""
+    info = json.loads((run_dir / "run.json").read_text())
+    info.update(cpu="AMD EPYC", cpu_family_model=list(family_model), cpu_flags=list(flags), cores=2)
+    if session:
+        info["session"] = session
+    (run_dir / "run.json").write_text(json.dumps(info))
+
+
+def test_each_regime_decided_again_on_each_host_type_and_a_flip_counts_as_decided_on_none(tmp_path):
+    """bench.sh hosts (issue 90): on a second host type its subfolder's runs decide each regime again, beside the
+    study's own runs on the first; where the verdict differs ("depends on the CPU") README's sentence counts the
+    regime as decided on none and names it, and the why-sentence gives each host's calibration; where both hosts
+    agree, the regime stays decided. A host's hosts runs, where it has them, are what decide it there."""
+    from analysis import decision, hosts
+
+    runs_dir = tmp_path / "runs"
+    study, other = ("26", "2"), ("25", "17")
+    for seed in (1, 2, 3):
+        for variant, a, b in (("linen", 1.0, 1.0), ("torch_compile", 2.0, 0.8)):  # JAX env: flips on the other host
+            on_host(fake_run(runs_dir / "headline" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
+                             [x * a for x in ITERATIONS]), study, session="s1")
+            on_host(fake_run(runs_dir / "hosts" / f"r{seed}" / "jax-env", variant, "CartPole-v1", "small", seed, 10.0,
+                             [x * b for x in ITERATIONS], synced=True), other, session="s2")
+        for variant, a, b in (("torch_gymnasium-envpool", 1.0, 1.0), ("linen_gymnasium-envpool", 2.0, 1.5)):  # agrees
+            on_host(fake_run(runs_dir / "cpucompile" / f"r{seed}" / "atari", variant, "Breakout-v5", "cnn", seed, 10.0,
+                             [x * a for x in ITERATIONS], synced=True), study, session="s1")
+            on_host(fake_run(runs_dir / "hosts" / f"r{seed}" / "atari", variant, "Breakout-v5", "cnn", seed, 10.0,
+                             [x * b for x in ITERATIONS], synced=True), other, session="s2")
+        # the other host's study runs of the JAX env give way to its hosts runs there (they would say PyTorch by 10x)
+        for variant, a in (("linen", 10.0), ("torch_compile", 1.0)):
+            on_host(fake_run(runs_dir / "exp1" / f"r{seed}", variant, "Acrobot-v1", "small", seed, 10.0,
+                             [x * a for x in ITERATIONS]), other, session="s3")
+    for session, layer_torch in (("s1", 0.040), ("s2", 0.020)):
+        (runs_dir / "sessions").mkdir(exist_ok=True)
+        (runs_dir / "sessions" / f"{session}.json").write_text(json.dumps({
+            "session": session, "layer_seconds": {"torch": {"medium": 0.001, "large": layer_torch},
+                                                  "jax": {"medium": 0.001, "large": 0.030}},
+            "minibatch_step_seconds": {"torch": 0.006, "jax": 0.004}}))
+    loaded, _ = runs.find_runs([str(runs_dir)])
+    by_experiment = {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS}
+    assert {r.path.parent.name for r in by_experiment["hosts"]} == {"jax-env", "atari"}
+    rows = {row["regime"].name: row for row in hosts.host_rows(by_experiment)}
+    first, second = "AMD EPYC (family 26 model 2, AVX-512, 2 cores)", "AMD EPYC (family 25 model 17, AVX-512, 2 cores)"
+    jax_env, atari = rows["JAX env, small model"], rows["pixels, Atari"]
+    assert (jax_env["cells"][first]["winner"], jax_env["cells"][second]["winner"]) == ("linen", "torch_compile")
+    assert jax_env["cells"][second]["row"]["geomean"] == pytest.approx(1 / 0.8)  # from hosts/, not exp1's 10x
+    assert jax_env["across"] == hosts.DEPENDS and atari["across"] == "agrees"
+    assert hosts.flips(list(rows.values())) == ("JAX env, small model",)
+    study_rows = decision.decision_rows(by_experiment)
+    sentence = decision.answer(study_rows, hosts.flips(list(rows.values())))
+    assert "One more depends on the CPU, its verdict differing between the host types that ran it (JAX env, small model)." in sentence
+    assert sentence.startswith("On a CPU, PyTorch was the fastest in the one decided: pixels, Atari")
+    assert hosts.summary(list(rows.values())).startswith("2 regimes were decided on more than one host type")
+    assert "1 agree on every one, and 1 flip (JAX env, small model)" in hosts.summary(list(rows.values()))
+    why = hosts.why(jax_env, hosts.calibrations(loaded))
+    assert f"on {first} JAX was faster" in why and f"on {second} PyTorch was faster" in why
+    assert "1024-wide layer took 1.33x JAX's" in why and "1024-wide layer took 0.67x JAX's" in why
+
+
 def test_a_regime_is_decided_by_three_repeats_not_by_three_envs(tmp_path):
     """The first GPU study ran one repeat on each of three envs: one repeat, not decided, however wide the gap.
     gpuscale's three repeats on CartPole-v1 at 32 envs decide its row (its 512-env runs, two repeats, do not),
@@ -1314,10 +1374,13 @@ def test_each_regime_holds_its_envs_and_no_other():
         allowed = {"mujoco": mujoco, "atari": set(cpu_envs.ATARI), "twins": set(load("torch_envs.py").ENVS),
                    "jax": {*gymnax.registered_envs, "Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1"}}.get(kind)
         assert allowed is None or set(regime.envs) <= allowed, regime.name
-    # each row names the hosts behind it: a CPU by its widest vector unit (one layer's time depends on it)
-    host = lambda **info: decision.host_of(SimpleNamespace(info=info))
-    assert (host(device="cpu", cpu_flags=["avx2", "avx512f"]), host(device="cpu", cpu_flags=["avx2"]),
-            host(device="NVIDIA H200")) == ("AVX-512 CPU", "AVX2 CPU", "NVIDIA H200")
+    # each row names the hosts behind it: a CPU by its model, family and model, widest vector unit and cores
+    host = lambda **info: decision.host_type(SimpleNamespace(info=info))
+    assert (host(device="cpu", cpu="AMD EPYC", cpu_family_model=["25", "17"], cpu_flags=["avx2", "avx512f"], cores=2),
+            host(device="cpu", cpu="AMD EPYC", cpu_family_model=["25", "1"], cpu_flags=["avx2"], cores=8),
+            host(device="cpu", cpu="AMD EPYC"), host(device="NVIDIA H200")) == (
+        "AMD EPYC (family 25 model 17, AVX-512, 2 cores)", "AMD EPYC (family 25 model 1, AVX2, 8 cores)",
+        "AMD EPYC (vector units not recorded)", "NVIDIA H200")
 
 
 def test_time_to_target_from_the_process_start(tmp_path):
@@ -1428,9 +1491,9 @@ def test_a_regime_of_two_envs_is_decided_over_its_two_envs(tmp_path):
     assert all(math.isnan(row["row"][k]) for row in (decided, tie) for k in ("ci_low", "ci_high"))  # 2 envs: none
     assert decision_table(by_experiment, tmp_path) == {
         "continuous actions, JAX env": ["Flax Linen", "PyTorch, eager / Flax Linen", "2.02x (2 envs, range 1.50–3.00)",
-                                        "14 (CPU, flags not recorded)"],
+                                        "14 (Test CPU (vector units not recorded))"],
         "CPU env, EnvPool": ["neither beyond the spread (Flax Linen by the mean)", "PyTorch, eager / Flax Linen",
-                             "1.34x (2 envs, range 0.90–2.00)", "12 (CPU, flags not recorded)"]}
+                             "1.34x (2 envs, range 0.90–2.00)", "12 (Test CPU (vector units not recorded))"]}
 
 
 def test_a_regime_of_five_envs_is_decided_by_an_interval_over_its_envs(tmp_path, monkeypatch):
@@ -1459,4 +1522,4 @@ def test_a_regime_of_five_envs_is_decided_by_an_interval_over_its_envs(tmp_path,
                        "ci_high": high, "min": min(means), "max": max(means), "envs": 5, "ratios": 16}, rel=1e-6)
     assert decision_table(by_experiment, tmp_path) == {five.name: [
         "neither beyond the spread (Flax Linen by the mean)", "PyTorch, eager / Flax Linen",
-        f"{stats.geomean(flat):.2f}x [{low:.2f}, {high:.2f}]", "32 (CPU, flags not recorded)"]}
+        f"{stats.geomean(flat):.2f}x [{low:.2f}, {high:.2f}]", "32 (Test CPU (vector units not recorded))"]}

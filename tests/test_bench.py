@@ -192,6 +192,36 @@ def test_gpuscale_preset():
     assert all(line.count("--num-iterations") == 1 and line.endswith("--num-iterations 25") for line in longer)
 
 
+def test_hosts_preset_runs_one_setup_for_each_regime_it_names():
+    """hosts (issue 90): one subfolder per regime of the decision table that names it (Regime.hosts), no other;
+    each subfolder's runs on that regime's envs and model, both frameworks in each, PPO's at 20 iterations (or
+    --iterations, said once), DQN's at the regime's train frequency, PyTorch's own-env runs on its env in torch."""
+    from analysis.decision import REGIMES
+
+    lines = planned("hosts", "--repeats", "3")
+    assert len(set(lines)) == len(lines) and {re.search(r"hosts r(\d)", line)[1] for line in lines} == {"1", "2", "3"}
+    folder = lambda line: re.search(r"--log-dir runs/hosts/r\d/(\S+)", line)[1]
+    regimes = {regime.hosts: regime for regime in REGIMES if regime.hosts}
+    assert {folder(line) for line in lines} == set(regimes)
+    for sub, regime in regimes.items():
+        mine = [line for line in lines if folder(line) == sub]
+        assert {re.search(r"--env-id (\S+) --model (\S+)", line).groups() for line in mine} <= {
+            (env, model) for env in regime.envs for model in regime.models}, sub
+        torch = [bool(re.search(r"python \w+_torch", line)) for line in mine]
+        assert any(torch) and not all(torch), sub  # each framework's pick
+        if sub.startswith("dqn"):
+            assert all("--train-frequency 10" in line and "--num-envs" not in line for line in mine)
+        elif sub in ("td3", "sac"):
+            assert all(f"python {sub}_" in line for line in mine)
+        else:
+            assert all(line.count("--num-iterations") == 1 and "--num-iterations 20" in line for line in mine), sub
+        if sub == "own-env":
+            assert all("--torch-env" in line for line, t in zip(mine, torch) if t)
+    longer = planned("hosts", "--iterations", "25")
+    assert all(line.count("--num-iterations") == 1 and "--num-iterations 25" in line for line in longer
+               if "/jax-env " in line)
+
+
 def test_dqn_presets():
     """dqn: every DQN script, the torch ones and the CPU-env twins with each buffer, the torch ones on the env in
     torch, at each train frequency in its own folder and with 10 envs, for the preset's steps and no PPO flag;

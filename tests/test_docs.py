@@ -133,7 +133,7 @@ def test_preset_table_counts_what_bench_plans(tmp_path):
     assert set(rows) == {"warmup", "exp1", "exp2", "exp3", "cpuenv", "envscale", "agents", "expensive", "torchenv",
                          "cpucompile", "tuning", "continuous", "continuous-learning", "pixels", "pixels-learning", "gpu",
                          "gpuscale", "dqn", "dqn-learning", "offpolicy", "offpolicy-learning", "offpolicy-cleanrl",
-                         "tunesweep", "profile", "sweep", "quick"}
+                         "tunesweep", "profile", "hosts", "sweep", "quick"}
     cleanrl = ["--cleanrl", fake_cleanrl(tmp_path)]  # offpolicy-cleanrl runs CleanRL's own scripts: its checkout
     for preset, count in rows.items():
         found = len(planned(preset, *cleanrl * (preset == "offpolicy-cleanrl")))

@@ -9,8 +9,9 @@ from analysis import docs
 from helpers import ROOT, analyze
 
 ARCHIVE = "results/study.tar.xz"  # as the docs' command names it, relative to the project root
-# the CPU study's, the GPU's, the traces, the tuning sweep's
-ARCHIVES = [ARCHIVE, "results/gpu/runs.tar.xz", "results/profiles.tar.xz", "results/tunesweep.tar.xz"]
+# the CPU study's, the GPU's, the traces, the tuning sweep's, each further host type's (bench.sh hosts)
+ARCHIVES = [ARCHIVE, "results/gpu/runs.tar.xz", "results/profiles.tar.xz", "results/tunesweep.tar.xz",
+            "results/hosts.tar.xz"]
 DOCS = ["README.md", "docs"]
 REGENERATE = f"python analyze.py {' '.join(ARCHIVES)} --out results --docs {' '.join(DOCS)}"
 pytestmark = pytest.mark.skipif(not (ROOT / ARCHIVE).exists(), reason=f"{ARCHIVE} is not committed yet")
