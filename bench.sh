@@ -123,7 +123,7 @@ Presets (default: sweep)
                (Craftax-Classic-Symbolic-v1), many-agents (16 agents on CartPole-v1), minatar-cnn
                (Breakout-MinAtar, the CNN), atari (Breakout-v5 at CleanRL's Atari batch), dqn-jax and dqn-cpu
                (CartPole-v1, an update every 10 env steps), td3 and sac (Pendulum-v1, 12,000 env steps that
-               train); --repeats 3: about an hour on 2 cores; analyze.py adds the decision table by host
+               train); --repeats 3: about an hour and a half on 2 cores; analyze.py adds the decision table by host
   gpucheck     a smoke test of every CUDA path on any GPU machine, a few minutes (gpucheck.py:
                one line per check, into DIR/gpucheck.json too); exit 1 if a check fails
 
