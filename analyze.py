@@ -37,7 +37,6 @@ from analysis.exp2 import exp2_section, exp3_section
 from analysis.findings import findings_section
 from analysis.gpu import gpu_section
 from analysis.headline import headline_section, study_section
-from analysis.hosts import hosts_section
 from analysis.learning import learning_section
 from analysis.output import Output, console
 from analysis.profiles import profiles_section
@@ -93,8 +92,7 @@ def report(args: Report) -> int:
      continuous_learning, pixels, pixels_learning, gpu, _, torchenv, cpucompile, dqn, dqn_learning,
      offpolicy, offpolicy_learning, offpolicy_cleanrl, gpuscale, _, tunesweep) = by_experiment.values()  # _: hosts
     # (headline: below)
-    decision_section(by_experiment, o)
-    hosts_section(by_experiment, o)
+    decision_section(by_experiment, o)  # and the same regimes by host type
     write_targets(by_experiment, out)  # what a run's end line compares its return with
     if headline := by_experiment["headline"] or exp1:  # the shuffled, repeated re-run of Experiment 1 where it ran
         headline_section(headline, cpuenv, agents, expensive, continuous, pixels, o)

@@ -346,7 +346,7 @@ def decision_section(by_experiment: dict, out):
                       "iterations)" for experiment, envs in sorted(learning.items()))
     if not any("winner" in row for row in rows):
         return
-    from .hosts import flips, host_rows  # the same regimes on each host type that ran them
+    from .hosts import flips, host_rows, hosts_section  # the same regimes on each host type that ran them
     by_host = host_rows(by_experiment)
     out.heading("The answer by regime")
     out.text([answer(rows, flips(by_host))], block="answer")
@@ -375,3 +375,4 @@ def decision_section(by_experiment: dict, out):
                    f"{SHARE:.0%} of the way from the runs' start to the best variant's median final return "
                    f"(results/targets.json), timed on {timed}; DQN's, TD3's and SAC's from their own (dqn-learning, "
                    "offpolicy); a pick that never reached it is counted, outside the ratio.")
+    hosts_section(by_host, by_experiment, out)

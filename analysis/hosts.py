@@ -66,13 +66,14 @@ def calibrations(runs) -> dict:
     by = {}
     for r in runs:
         c = r.calibration or {}
-        if recorded(r) and all("large" in c.get("layer_seconds", {}).get(fw, {}) and fw in c.get("minibatch_step_seconds", {})
-                               for fw in ("torch", "jax")):
+        if recorded(r) and all("large" in c.get("layer_seconds", {}).get(fw, {})
+                               and fw in c.get("minibatch_step_seconds", {}) for fw in ("torch", "jax")):
             by.setdefault(host_type(r), {})[r.info.get("session")] = c
     med = lambda cals, get: float(np.median([get(c) for c in cals])) * 1e3
+    frameworks = ("torch", "jax")
     return {host: {"sessions": len(cals),
-                   **{f"layer {fw}": med(cals.values(), lambda c: c["layer_seconds"][fw]["large"]) for fw in ("torch", "jax")},
-                   **{f"step {fw}": med(cals.values(), lambda c: c["minibatch_step_seconds"][fw]) for fw in ("torch", "jax")}}
+                   **{f"layer {fw}": med(cals.values(), lambda c: c["layer_seconds"][fw]["large"]) for fw in frameworks},
+                   **{f"step {fw}": med(cals.values(), lambda c: c["minibatch_step_seconds"][fw]) for fw in frameworks}}
             for host, cals in by.items()}
 
 
@@ -93,7 +94,7 @@ def why(row: dict, measured: dict) -> str:
 
 
 def summary(rows: list[dict]) -> str:
-    """The sentence README carries: the host types, and which regimes agree or flip between them."""
+    """The section's first sentence: the host types, and which regimes agree or flip between them."""
     runs = Counter()
     for row in rows:
         for host, c in row["cells"].items():
@@ -108,8 +109,8 @@ def summary(rows: list[dict]) -> str:
                "so those count as decided on none." if flipped else "the verdict is the same on every one."))
 
 
-def hosts_section(by_experiment: dict, out):
-    rows = host_rows(by_experiment)
+def hosts_section(rows: list[dict], by_experiment: dict, out):
+    """host_rows()'s table (decision_section computes it once, for README's answer too), and each host's calibration."""
     if not rows:
         return
     hosts = sorted({h for row in rows for h in row["cells"]},
@@ -123,8 +124,8 @@ def hosts_section(by_experiment: dict, out):
               note="A host type is a CPU's model name, family and model (lscpu's), widest vector unit and cores. Its "
                    "cell comes from its bench.sh hosts runs where it has them (one setup per regime, each framework's "
                    "pick and its closest rival), else from the study's runs of that regime, decided as README's "
-                   "decision table decides (runs whose run.json names no CPU family and model are left out). Depends on the CPU: the verdict (JAX, PyTorch or neither) differs between "
-                   "host types. Many agents: the largest N each host type ran (bench.sh hosts runs 16).")
+                   "decision table decides (runs whose run.json names no CPU family and model are left out). "
+                   "Depends on the CPU: the verdict (JAX, PyTorch or neither) differs between host types. Many agents: the largest N each host type ran (bench.sh hosts runs 16).")
     measured = calibrations([r for runs in by_experiment.values() for r in runs])
     out.table("What a host changes under a framework: calibrate.py's medians over each host type's sessions (ms)",
               ["host type", "sessions", "1024-wide layer, torch", "jax", "torch / jax", "small minibatch step, torch",
