@@ -125,7 +125,7 @@ def plain(source: str) -> str:
             raise ValueError(f"undefined in the plain script: {', '.join(sorted(missing))}")
         added += found
     # then what nothing uses any more (an import, a definition the harness alone called), until none is left
-    kept = [node for node in body + added if not isinstance(node, ast.Expr)]
+    kept = body + added
     while unused := [node for node in kept if bound(node) and "main" not in bound(node)
                      and not bound(node) & used([other for other in kept if other is not node])]:
         kept = [node for node in kept if node not in unused]
