@@ -13,9 +13,16 @@ One tiny run per script, through its own main() in this process, watches the dra
 take them (the update that takes a batch and noise, the policy step, SAC's sample) are wrapped in a private copy of
 the module to record what they are handed and what they return (JAX's through jax.debug.callback, from inside
 the compiled iteration). The buffer is smaller than --learning-starts, full before the first update, so a dropped
-key would sample the very same rows again. dqn/td3/sac_torch_compile.py run with --compile-mode none: the same
-source, its loop and its draws, eager (compiling their hot paths would cost a minute of CPU; the compiled updates
-and policy step are held to the reference by test_dqn.py, test_td3.py and test_sac.py)."""
+key would sample the very same rows again. dqn/td3/sac_torch_compile.py run twice: with --compile-mode none (the same
+source, its loop and its draws, eager) and in the mode they run by default (torch.compile's default on a CPU),
+where their policy step is one compiled graph whose random draws are inductor's own generated code, not the eager
+ops' (no fallback_random here: what the script draws). The compiled policy step is watched from outside, wrapped
+once compile_hot_paths has compiled it (a wrapper inside its full graph would break it): the greedy or the actor's
+own action each step is the script's eager policy step's, and SAC's acting draw is read back from the compiled
+sample (the tanh undone, less the actor's mean, over its spread; the eager run's recorded draws hold the
+reading-back to them). The updates (compiled too, watched as they are called) are handed their noise by the loop,
+drawn outside them in either mode. A compiled run costs about half a minute of CPU, most of it compiling the
+updates, which cannot run eager in that mode (their Adam is capturable, for CUDA graphs)."""
 
 import collections
 import functools
@@ -79,9 +86,10 @@ def record(store: list, *values):
         store.append(tuple(map(host, values)))
 
 
-def watched(fn, on_call):
-    """fn, calling on_call(arguments by name, its result, again) after each call; again(**changes) calls fn once
-    more with those arguments changed."""
+def watched(fn, on_call, eager=None):
+    """fn, calling on_call(arguments by name, its result, again) after each call; again(**changes) calls fn (or
+    its eager original, where fn is compiled: no compile again for other arguments) once more with those
+    arguments changed."""
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -91,7 +99,7 @@ def watched(fn, on_call):
         def again(**changes):
             bound = signature.bind(*args, **kwargs)
             bound.arguments.update(changes)
-            return fn(*bound.args, **bound.kwargs)
+            return (eager or fn)(*bound.args, **bound.kwargs)
 
         on_call(signature.bind(*args, **kwargs).arguments, out, again)
         return out
@@ -99,26 +107,45 @@ def watched(fn, on_call):
     return call
 
 
-def instrument(m, algo: str, seen: dict):
+def instrument(m, algo: str, seen: dict, eager: dict | None = None):
     """Wraps the module's functions that are handed the draws (each looked up by name when the loop runs or is
-    traced, so the wrapper is what the run calls)."""
+    traced, so the wrapper is what the run calls). eager: the compiled functions' eager originals, by name (a
+    compiled run, wrapped after compile_hot_paths compiled them)."""
+    eager = eager or {}
     if algo == "dqn":
         # each policy step: its epsilon, the action taken, and the greedy one (the same call at epsilon 0)
-        m.act = watched(m.act, lambda a, action, again: record(seen["act"], a["epsilon"], action, again(epsilon=0.0)))
+        m.act = watched(m.act, lambda a, action, again: record(seen["act"], a["epsilon"], action, again(epsilon=0.0)),
+                        eager.get("act"))
         m.td_update = watched(m.td_update, lambda a, out, again: record(seen["update"], a["batch"][0]))
         return
     if algo == "td3":  # the action taken and the actor's own (no noise, not uniform)
         m.act = watched(m.act, lambda a, action, again: record(
-            seen["act"], a["uniform"], action, again(uniform=False, noise_scale=0.0)))
+            seen["act"], a["uniform"], action, again(uniform=False, noise_scale=0.0)), eager.get("act"))
     else:
-        m.act = watched(m.act, lambda a, action, again: record(seen["act"], a["uniform"], action))
+        def acting(a, action, again):
+            record(seen["act"], a["uniform"], action)
+            if "torch" in m.__name__ and not a["uniform"]:  # torch's: the draw read back from the sample it made
+                record(seen["act_read_back"], drawn_from_sample(a["actor"], a["obs"], action))
+
+        m.act = watched(m.act, acting, eager.get("act"))
         acting_noise = lambda a, out, again: a["noise"].shape[0] != BATCH and record(seen["act_noise"], a["noise"])
         if hasattr(m, "sample"):  # the JAX scripts' function; torch's Actor.sample (an update's are batch-sized)
             m.sample = watched(m.sample, acting_noise)
-        else:
+        elif not eager:  # (compiled, Actor.sample runs inside the policy step's full graph: read back instead)
             m.Actor.sample = watched(m.Actor.sample, acting_noise)
         m.actor_update = watched(m.actor_update, lambda a, out, again: record(seen["actor_noise"], a["noise"]))
     m.critic_update = watched(m.critic_update, lambda a, out, again: record(seen["update"], a["batch"][0], a["noise"]))
+
+
+def drawn_from_sample(actor, obs, action):
+    """The standard normal draw a torch SAC actor's tanh-squashed sample was made from: tanh undone (in float64),
+    less the actor's mean, over its spread (the eager actor's, on the same observations)."""
+    import torch
+
+    with torch.no_grad():
+        mean, log_std = (x.double() for x in actor(obs))
+        squashed = (action.double() - actor.action_bias.double()) / actor.action_scale.double()
+        return (torch.atanh(squashed) - mean) / log_std.exp()
 
 
 class Run(collections.namedtuple("Run", "script args seen logged")):
@@ -126,16 +153,29 @@ class Run(collections.namedtuple("Run", "script args seen logged")):
     and its TensorBoard scalars."""
 
 
-def watched_run(script: str, log_dir) -> Run:
+def watched_run(script: str, log_dir, compiled: bool = False) -> Run:
+    """The script's tiny run through its main(), watched; compiled (a *_compile.py script): in its default compile
+    mode, the compiled functions watched once compile_hot_paths has made them."""
     import jax
 
     algo = algorithm(script)
     m = load(script, fresh=True)
     seen = collections.defaultdict(list)
-    instrument(m, algo, seen)
+    if compiled:
+        compile_hot_paths, names = m.compile_hot_paths, ("act", "td_update", "critic_update", "actor_update")
+        eager = {name: getattr(m, name) for name in names if hasattr(m, name)}
+
+        def compiling(mode):
+            compile_hot_paths(mode)
+            assert all(getattr(m, name) is not f for name, f in eager.items()), "nothing compiled"
+            instrument(m, algo, seen, eager)
+
+        m.compile_hot_paths = compiling  # train() calls it by its module name
+    else:
+        instrument(m, algo, seen)
     argv = [a for name, value in {**RUNS[algo], "buffer_size": BUFFER, "batch_size": BATCH}.items()
             for a in (f"--{name.replace('_', '-')}", str(value))]
-    argv += ["--compile-mode", "none"] if script.endswith("_compile.py") else []
+    argv += ["--compile-mode", "none"] if script.endswith("_compile.py") and not compiled else []
     kept = {name: jax.config.values[name] for name in JAX_SET_BY_SCRIPTS}
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(ROOT)
@@ -146,6 +186,7 @@ def watched_run(script: str, log_dir) -> Run:
         finally:  # what main() sets for its process, set back for the tests after it
             for name, value in kept.items():
                 jax.config.update(name, value)
+    assert seen["act"], "the watched functions were not called"
     (run_dir,) = log_dir.iterdir()
     args = m.Args(**{**RUNS[algo], "buffer_size": BUFFER, "batch_size": BATCH})
     return Run(script, args, {k: [tuple(map(np.asarray, v)) for v in vs] for k, vs in seen.items()}, scalars(run_dir))
@@ -153,15 +194,23 @@ def watched_run(script: str, log_dir) -> Run:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A script's one tiny run, made by the first test that asks for it and shared by the others."""
+    """A script's one tiny run (eager, or compiled), made by the first test that asks for it and shared by the
+    others."""
     made = {}
 
-    def get(script: str) -> Run:
-        if script not in made:
-            made[script] = watched_run(script, tmp_path_factory.mktemp(script.removesuffix(".py")))
-        return made[script]
+    def get(script: str, compiled: bool = False) -> Run:
+        if (script, compiled) not in made:
+            name = script.removesuffix(".py") + ("-compiled" if compiled else "")
+            made[script, compiled] = watched_run(script, tmp_path_factory.mktemp(name), compiled)
+        return made[script, compiled]
 
     return get
+
+
+def cases(scripts) -> list:
+    """(script, compiled) for each script, eager, and the compiled scripts again in their default compile mode."""
+    return [pytest.param(s, False, id=s) for s in scripts] + [
+        pytest.param(s, True, id=f"{s}-compiled") for s in scripts if s.endswith("_compile.py")]
 
 
 # ---- statistics, each bound about five standard errors wide: far tighter than a wrong distribution's distance
@@ -204,14 +253,14 @@ def fingerprints(rows) -> np.ndarray:
 
 
 # ---- class 2: randomness threaded through an iteration
-@pytest.mark.parametrize("script", DQN_SCRIPTS + TD3_SCRIPTS + SAC_SCRIPTS)
-def test_successive_updates_sample_different_rows_and_noise(script, runs):
+@pytest.mark.parametrize("script, compiled", cases(DQN_SCRIPTS + TD3_SCRIPTS + SAC_SCRIPTS))
+def test_successive_updates_sample_different_rows_and_noise(script, compiled, runs):
     """Every update of a run (one every train-frequency steps, DQN; every step past learning-starts, TD3 and SAC)
     is handed a batch of its own: no two of them share even half their rows, place by place, though the buffer is
     full throughout (a sampler's key handed back and dropped, or a generator seeded again, draws the same rows
     again: nearly every place). TD3's and SAC's noise is fresh at every update too, and SAC's actor and alpha
     draws apart from each other."""
-    run = runs(script)
+    run = runs(script, compiled)
     args, updates = run.args, run.seen["update"]
     expected = (args.total_timesteps - args.learning_starts - 1) // (args.train_frequency if algorithm(script) == "dqn"
                                                                      else 1)
@@ -230,13 +279,13 @@ def test_successive_updates_sample_different_rows_and_noise(script, runs):
 
 
 # ---- class 3: the draws a script makes itself
-@pytest.mark.parametrize("script", DQN_SCRIPTS)
-def test_epsilon_greedy_explores_at_cleanrls_epsilon_with_uniform_actions(script, runs):
+@pytest.mark.parametrize("script, compiled", cases(DQN_SCRIPTS))
+def test_epsilon_greedy_explores_at_cleanrls_epsilon_with_uniform_actions(script, compiled, runs):
     """Each policy step's epsilon is CleanRL's linear schedule at its global step; a step leaves the greedy action
     as often as epsilon times (1 - 1/actions) says, summed over the run (five standard deviations of the count);
     and where epsilon is above 0.9 the actions are near half each (a random action that is always one of the
     two, or an exploration at 1 - epsilon, fails)."""
-    run = runs(script)
+    run = runs(script, compiled)
     args = run.args
     epsilon, action, greedy = (np.concatenate([np.ravel(s[i]) for s in run.seen["act"]]) for i in range(3))
     schedule = [linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, t)
@@ -251,20 +300,26 @@ def test_epsilon_greedy_explores_at_cleanrls_epsilon_with_uniform_actions(script
     assert abs(early.mean() - 0.5) < 5 * 0.5 / math.sqrt(len(early)), (early.mean(), len(early))
 
 
-@pytest.mark.parametrize("script", TD3_SCRIPTS + SAC_SCRIPTS)
-def test_actions_uniform_before_learning_starts_then_the_policys(script, runs):
+@pytest.mark.parametrize("script, compiled", cases(TD3_SCRIPTS + SAC_SCRIPTS))
+def test_actions_uniform_before_learning_starts_then_the_policys(script, compiled, runs):
     """CleanRL's acting: uniform over the bounds at each global step before learning-starts, then the policy's:
     TD3's the actor's action plus Gaussian noise of exploration-noise action scales (the noise read off as the
     action less the actor's, where the actor's is far enough inside the bounds that the clip cannot touch it), all
     in the bounds; SAC's a sample of its Gaussian, whose draw is standard normal."""
-    run = runs(script)
+    run = runs(script, compiled)
     args = run.args
     uniform, action = (np.concatenate([np.ravel(s[i]) for s in run.seen["act"]]) for i in range(2))
     assert len(uniform) == args.total_timesteps and uniform.sum() == args.learning_starts
     assert action.min() >= LOW and action.max() <= HIGH
     assert_uniform(action[uniform], LOW, HIGH, "before learning starts")
     if algorithm(script) == "sac":
-        drawn = np.concatenate([np.ravel(n) for (n,) in run.seen["act_noise"]])
+        read_back = [np.ravel(n) for (n,) in run.seen.get("act_read_back", [])]
+        if "act_noise" in run.seen:  # the draws the sample was handed, and (torch's) the draws read back from it
+            drawn = np.concatenate([np.ravel(n) for (n,) in run.seen["act_noise"]])
+            if read_back:
+                np.testing.assert_allclose(np.concatenate(read_back), drawn, atol=1e-4)
+        else:  # compiled: drawn inside the policy step's graph, read back
+            drawn = np.concatenate(read_back)
         assert len(drawn) >= args.total_timesteps - args.learning_starts
         assert_normal(drawn, 1.0, "the acting sample's draw")
         return
@@ -274,13 +329,13 @@ def test_actions_uniform_before_learning_starts_then_the_policys(script, runs):
     assert_normal((action - actor)[inside], std, "the exploration noise")
 
 
-@pytest.mark.parametrize("script", TD3_SCRIPTS)
-def test_target_smoothing_noise_is_standard_normal_past_the_clip(script, runs):
+@pytest.mark.parametrize("script, compiled", cases(TD3_SCRIPTS))
+def test_target_smoothing_noise_is_standard_normal_past_the_clip(script, compiled, runs):
     """The noise each critic update is handed for target policy smoothing: one standard normal draw per sampled
     action (the update scales it by policy-noise and clips it at noise-clip, against the reference in
     tests/test_td3.py), its tails reaching past the clip as often as a Gaussian's (|noise| * policy-noise above
     noise-clip: 1.24% at CleanRL's 0.2 and 0.5). Uniform draws on [0, 1) fail each check."""
-    run = runs(script)
+    run = runs(script, compiled)
     args = run.args
     noise = np.stack([u[1] for u in run.seen["update"]])
     assert noise.shape[1:] == (BATCH, 1)
@@ -290,12 +345,12 @@ def test_target_smoothing_noise_is_standard_normal_past_the_clip(script, runs):
     assert abs(clipped - tail * noise.size) < 5 * math.sqrt(tail * noise.size), (clipped, tail * noise.size)
 
 
-@pytest.mark.parametrize("script", SAC_SCRIPTS)
-def test_sac_updates_draw_standard_normal_samples(script, runs):
+@pytest.mark.parametrize("script, compiled", cases(SAC_SCRIPTS))
+def test_sac_updates_draw_standard_normal_samples(script, compiled, runs):
     """The reparameterized samples' draws each SAC update is handed: the critics' (one per sampled next action)
     and each actor step's two (the actor's sample, then alpha's fresh one of the updated actor), standard normal,
     the two of an actor step apart."""
-    run = runs(script)
+    run = runs(script, compiled)
     critic = np.stack([u[1] for u in run.seen["update"]])
     assert critic.shape[1:] == (BATCH, 1)
     assert_normal(critic, 1.0, "the critics' draw")
@@ -310,11 +365,11 @@ def test_sac_updates_draw_standard_normal_samples(script, runs):
 
 
 # ---- class 5: where a run starts
-@pytest.mark.parametrize("script", DQN_SCRIPTS)
-def test_the_first_logged_epsilon_is_cleanrls(script, runs):
+@pytest.mark.parametrize("script, compiled", cases(DQN_SCRIPTS))
+def test_the_first_logged_epsilon_is_cleanrls(script, compiled, runs):
     """charts/epsilon at the first iteration's end: CleanRL's schedule from start-e 1 at the iteration's last
     global step (an epsilon that starts at end-e, or counts from another step, fails)."""
-    run = runs(script)
+    run = runs(script, compiled)
     args = run.args
     step, value = run.logged["charts/epsilon"][0]
     assert step == args.log_frequency
@@ -323,11 +378,11 @@ def test_the_first_logged_epsilon_is_cleanrls(script, runs):
     assert value == pytest.approx(expected, rel=1e-5)
 
 
-@pytest.mark.parametrize("script", SAC_SCRIPTS)
-def test_the_first_logged_alpha_starts_from_cleanrls_one(script, runs):
+@pytest.mark.parametrize("script, compiled", cases(SAC_SCRIPTS))
+def test_the_first_logged_alpha_starts_from_cleanrls_one(script, compiled, runs):
     """Autotuned, alpha starts at 1 (log alpha 0, CleanRL's), not at --alpha: the first logged alpha is 1 moved by
     the few Adam steps of log alpha (at q-lr, each at most about the rate) made before it."""
-    run = runs(script)
+    run = runs(script, compiled)
     args = run.args
     assert args.autotune and args.alpha == CLEANRL["sac"]["alpha"]
     step, value = run.logged["losses/alpha"][0]

@@ -9,7 +9,11 @@
   normalized), each trained in this process with the same seed: after every iteration the state each carries
   (the normalizer's observation and reward statistics and discounted returns, the episode statistics, the
   physics) is the eager script's, the statistics' counts grew by the env steps taken, and they moved from a
-  fresh start's."""
+  fresh start's;
+- the compiled off-policy scripts' env in torch: dqn/td3/sac_torch_compile.py --torch-env (the env's step compiled
+  beside the policy step), run through main() in their default compile mode and with --compile-mode none: after
+  every iteration the env state (physics, time steps, episode returns and lengths; no normalizer), the
+  observations and torch's generator are the eager path's, and the episode statistics follow the time steps."""
 
 import ast
 
@@ -219,3 +223,125 @@ def test_the_torch_env_state_is_the_eager_scripts(script, torch_env_runs):
         paths = jax.tree_util.tree_leaves_with_path(expected)
         for (path, want), got in zip(paths, jax.tree.leaves(state)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"iteration {i}, {jax.tree_util.keystr(path)}")
+
+
+# %% the off-policy scripts' env in torch, compiled
+# dqn/td3/sac_torch_compile.py --torch-env compile the env's step (fullgraph) beside their policy step: each
+# runs once in its default compile mode and once with --compile-mode none (the same script's eager path), on
+# Pendulum (TD3, SAC) and CartPole (DQN, whose poles fall at their own times), with a 25-step time limit
+OFFPOLICY_TORCH_ENV = {"dqn_torch_compile.py": "CartPole-v1", "td3_torch_compile.py": "Pendulum-v1",
+                       "sac_torch_compile.py": "Pendulum-v1"}
+# 2 envs (TD3's and SAC's policy-frequency 2 allows no more; SAC's target-network-frequency raised to it), 4
+# iterations of 20 vector steps: three time limits reached in each; learning starts at the run's last step, so
+# nothing updates (the compiled updates, which touch no env state and draw nothing, are never called, so never
+# compiled: test_td3.py, test_sac.py and test_dqn.py hold them)
+OFFPOLICY_RUN = dict(num_envs=2, total_timesteps=160, log_frequency=40, learning_starts=159, buffer_size=256,
+                     batch_size=32, seed=3)
+
+
+def offpolicy_states(script: str, log_dir, compile_mode: str) -> list:
+    """main() of a private copy of the script with --torch-env and a 25-step time limit: after each iteration,
+    the env state its runner carries, its observations and torch's generator (the fresh states' and the
+    actions' stream), as NumPy arrays."""
+    import jax
+    import torch
+    from helpers import JAX_SET_BY_SCRIPTS
+
+    m = load(script, fresh=True)
+    states, iteration, make_torch_env = [], m.iteration, m.make_torch_env
+
+    def watched(*a, **k):
+        runner, stats = iteration(*a, **k)
+        states.append((jax.tree.map(lambda x: x.detach().cpu().numpy().copy(), runner.env_state),
+                       runner.obs.detach().cpu().numpy().copy(), torch.get_rng_state().numpy().copy()))
+        return runner, stats
+
+    def shortened(env_id, device):
+        env, env_params = make_torch_env(env_id, device)
+        return env, env_params.replace(max_steps_in_episode=TIME_LIMIT)
+
+    m.iteration, m.make_torch_env = watched, shortened  # train() and main() call them by their module names
+    frequency = {"target_network_frequency": OFFPOLICY_RUN["num_envs"]} if script.startswith("sac") else {}
+    argv = [a for name, value in {**OFFPOLICY_RUN, **frequency, "env_id": OFFPOLICY_TORCH_ENV[script],
+                                  "compile_mode": compile_mode, "log_dir": log_dir}.items()
+            for a in (f"--{name.replace('_', '-')}", str(value))]
+    kept = {name: jax.config.values[name] for name in JAX_SET_BY_SCRIPTS}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        patch.setattr("sys.argv", [script, *argv, "--torch-env"])
+        try:
+            m.main()
+        finally:  # what main() sets for its process, set back for the tests after it
+            for name, value in kept.items():
+                jax.config.update(name, value)
+    return states
+
+
+@pytest.fixture(scope="module")
+def offpolicy_torch_env_runs(tmp_path_factory):
+    """A script's (eager, compiled) states, made by the first test that asks and shared. torch.compile's code draws
+    by the eager ops' generator (inductor's fallback_random), so the compiled run meets the eager run's draws."""
+    made = {}
+
+    def get(script: str):
+        import torch._inductor.config
+
+        if script not in made:
+            with torch._inductor.config.patch(fallback_random=True):  # set back as it was after
+                made[script] = tuple(offpolicy_states(script, tmp_path_factory.mktemp(f"{script[:-3]}-{mode}"), mode)
+                                     for mode in ("none", "default"))
+        return made[script]
+
+    return get
+
+
+@pytest.mark.parametrize("script", OFFPOLICY_TORCH_ENV)
+def test_the_compiled_torch_env_state_is_the_eager_paths(script, offpolicy_torch_env_runs):
+    """After every iteration, the compiled run's env state (each env's physics and time step, its episode's return
+    and length), its observations and torch's generator are the eager run's: the floats to float32's rounding,
+    the time steps and the generator's state exactly (a compiled step that draws its fresh states otherwise, or
+    keeps its episode statistics otherwise, parts from the eager one). No normalizer: the off-policy scripts'
+    env in torch normalizes nothing, as CleanRL's."""
+    import jax
+
+    eager, compiled = offpolicy_torch_env_runs(script)
+    iterations = OFFPOLICY_RUN["total_timesteps"] // OFFPOLICY_RUN["log_frequency"]
+    assert len(eager) == len(compiled) == iterations
+    for i, ((want, want_obs, want_rng), (got, got_obs, got_rng)) in enumerate(zip(eager, compiled)):
+        assert want.norm is None and got.norm is None
+        paths = jax.tree_util.tree_leaves_with_path(want)
+        assert len(paths) == len(jax.tree.leaves(got)) == 4  # physics, time step, episode return and length
+        for (path, w), g in zip(paths, jax.tree.leaves(got)):
+            where = f"iteration {i}, {jax.tree_util.keystr(path)}"
+            assert g.dtype == w.dtype and g.shape == w.shape, where
+            if np.issubdtype(w.dtype, np.integer):
+                np.testing.assert_array_equal(g, w, err_msg=where)
+            else:
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=where)
+        np.testing.assert_allclose(got_obs, want_obs, rtol=1e-5, atol=1e-5, err_msg=f"iteration {i}, observations")
+        np.testing.assert_array_equal(got_rng, want_rng, err_msg=f"iteration {i}, torch's generator")
+
+
+@pytest.mark.parametrize("script", OFFPOLICY_TORCH_ENV)
+def test_the_compiled_torch_env_state_keeps_its_episodes(script, offpolicy_torch_env_runs):
+    """The compiled run's episode statistics as the steps go: each env's episode length is its time step (both
+    counted from its episode's start, reset where the time limit or a fall ended it); Pendulum's time step is the
+    steps since the last time limit and its return a sum of negative rewards, zero just after an episode ended;
+    CartPole's return is its length (a reward of 1 a step), and some pole fell before the time limit. The
+    physics and torch's generator moved from one iteration to the next."""
+    _, compiled = offpolicy_torch_env_runs(script)
+    steps = OFFPOLICY_RUN["log_frequency"] // OFFPOLICY_RUN["num_envs"]
+    fell = False
+    for i, (state, obs, rng) in enumerate(compiled):
+        (physics, elapsed), length = state.env, state.episode_length
+        np.testing.assert_array_equal(length, elapsed, err_msg=f"iteration {i}")
+        if OFFPOLICY_TORCH_ENV[script] == "Pendulum-v1":
+            np.testing.assert_array_equal(elapsed, steps * (i + 1) % TIME_LIMIT, err_msg=f"iteration {i}")
+            assert np.all(state.episode_return < 0) if elapsed[0] else np.all(state.episode_return == 0), i
+        else:
+            np.testing.assert_array_equal(state.episode_return, length, err_msg=f"iteration {i}")
+            fell |= bool(np.any(elapsed != steps * (i + 1) % TIME_LIMIT))
+        if i:
+            before, _, rng_before = compiled[i - 1]
+            assert np.all(physics != before.env[0]) and not np.array_equal(rng, rng_before), i
+    assert fell or OFFPOLICY_TORCH_ENV[script] == "Pendulum-v1", "no pole fell: the time limit alone ended episodes"
