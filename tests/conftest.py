@@ -35,6 +35,7 @@ LAZY_IMPORTS = os.path.join(os.path.dirname(__file__), "lazy_imports")
 
 
 def pytest_configure(config):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool: inherited by all
     # one worker process compiles the scripts' torch functions for many tests, shapes and module copies;
     # past dynamo's recompile limit (8 per function) it would fall back to eager, where the capturable
     # Adam of a compiled update cannot run on a CPU: a test would then fail by the order tests ran in
@@ -43,7 +44,6 @@ def pytest_configure(config):
     torch._dynamo.config.recompile_limit = 64
     if hasattr(config.option, "loadscopereorder"):  # xdist is installed (the README's command uses it)
         config.option.loadscopereorder = False
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool: inherited by all
     if LAZY_IMPORTS not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [LAZY_IMPORTS, os.environ.get("PYTHONPATH")]))
     if CACHE not in os.environ:  # set once, by the process that starts the workers: they inherit it
