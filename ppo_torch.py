@@ -761,6 +761,7 @@ def main():
 import cProfile
 import importlib.util
 import json
+import math
 import os
 import platform
 import resource

@@ -283,7 +283,7 @@ def test_the_bar_says_iteration_0_compiles_where_it_does(script, changes, guarde
     compiles = {"ppo_torch_gymnasium.py": False, "ppo_torch.py": not torch_env,
                 "ppo_torch_agents.py": changes.get("compile", False) or not torch_env}.get(script, True)
     *_, bar = guarded_runs(script, changes)
-    assert len(bar) == 1 and bar[0].startswith("in-process: iteration 0") and ("compiling" in bar[0]) == compiles, bar
+    assert len(bar) == 1 and bar[0].startswith("iteration 0") and ("compiling" in bar[0]) == compiles, bar
 
 
 @pytest.mark.parametrize("script,changes", CASES, ids=IDS)
