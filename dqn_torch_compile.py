@@ -13,20 +13,12 @@ count on the device (capturable), as CUDA graphs need (docs/offpolicy.md).
 # %% imports
 import time
 
-START_TIME = time.time()  # before the heavy imports: the startup time counts them
+START_TIME = time.time()  # harness: before the heavy imports, so the startup time counts them
 
-import cProfile
-import importlib.util
-import json
 import math
 import os
-import platform
-import resource
-import sys
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
-from importlib import metadata
 from typing import Literal, NamedTuple
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
@@ -79,20 +71,20 @@ class Args:
     """env steps per iteration: what a run logs, times and shows at once"""
     seed: int = 1
     """one seed drives init, environments, exploration and sampling"""
-    matmul_precision: Literal["float32", "tf32"] = "float32"
+    matmul_precision: Literal["float32", "tf32"] = "float32"  # harness
     """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
-    log_dir: str = "runs"
+    log_dir: str = "runs"  # harness
     """parent directory of the run directories"""
-    save_model: bool = False
+    save_model: bool = False  # harness
     """at the end, save the Q-network, its target and the optimizer state into the run directory"""
-    load_model: str | None = None
+    load_model: str | None = None  # harness
     """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
-    eval_episodes: int = 0
+    eval_episodes: int = 0  # harness
     """after training, run this many episodes at epsilon end-e on fresh environments (eval/...)"""
-    profile: bool = False
+    profile: bool = False  # harness
     """trace the last two iterations into the run directory: torch's ops (trace.json.gz, Perfetto opens it) and
     Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
-    track: Literal["mlflow", "wandb"] | None = None
+    track: Literal["mlflow", "wandb"] | None = None  # harness
     """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
     (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
     buffer: Literal["device", "host"] = "device"
@@ -114,12 +106,6 @@ def variant_name(args: Args) -> str:
 
 
 # %% environment helpers
-def fail(message: str):
-    """Bad input: one line on stderr, exit code 2, nothing written."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def unsupported(env, env_params) -> str | None:
     """Why this DQN (discrete actions, Box observations) cannot run the env, or None."""
     if not isinstance(space := env.action_space(env_params), spaces.Discrete):
@@ -368,22 +354,22 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
         t = runner.global_step
         epsilon.fill_(epsilon_at(t, args))
         torch.compiler.cudagraph_mark_step_begin()  # a new CUDA-graph step: earlier outputs may be reused
-        with region("policy_step", args.profile):
+        with region("policy_step", args.profile):  # harness
             action = act(q_network, runner.obs, epsilon).clone()
-        with region("env_step", args.profile):
+        with region("env_step", args.profile):  # harness
             env_state, out = env_step_fn(runner.env_state, action)
-        with region("buffer", args.profile):
+        with region("buffer", args.profile):  # harness
             buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
                        torch.from_dlpack(out.terminated))
         # CleanRL trains where global_step > learning-starts is a multiple of train-frequency; with n envs a vector
         # step covers global steps t..t+n-1 (one of them a multiple of k where (-t) % k < n)
         learning = t > args.learning_starts
-        with region("update", args.profile):
+        with region("update", args.profile):  # harness
             if learning and (-t) % args.train_frequency < args.num_envs:
                 torch.compiler.cudagraph_mark_step_begin()
                 loss, q = td_update(q_network, target_network, optimizer, buffer.sample(args.batch_size), args.gamma)
                 losses.append(loss.clone()), qs.append(q.clone())  # kept past the graph's next replay
-        with region("update", args.profile):
+        with region("update", args.profile):  # harness
             if learning and (-t) % args.target_network_frequency < args.num_envs:
                 with torch.no_grad():
                     for target, online in zip(target_network.parameters(), q_network.parameters()):
@@ -421,27 +407,6 @@ def evaluate(q_network, key, env, env_params, num_episodes: int, epsilon: float,
     return returns
 
 
-# %% logging
-def env_steps(args: Args) -> int:
-    """An iteration's env steps: the step TensorBoard plots against (CleanRL's global_step)."""
-    return args.log_frequency
-
-
-def logged(args: Args, stats: dict, seconds: float) -> dict:
-    """An iteration's scalars beside its episodes' returns and lengths (RunLog writes those): tag -> value.
-    The losses of its updates, where it made any (none before learning starts)."""
-    scalars = {"charts/SPS": args.log_frequency / seconds, "charts/epsilon": stats["epsilon"]}
-    if stats["updates"]:
-        scalars |= {"losses/td_loss": stats["td_loss"], "losses/q_values": stats["q_values"]}
-    return scalars
-
-
-def traced(args: Args) -> range:
-    """--profile's iterations (from 0): the last two, after at least one that compiles."""
-    iterations = args.total_timesteps // args.log_frequency
-    return range(iterations - 2, iterations)
-
-
 def compile_hot_paths(mode: str):
     """torch.compile the policy step and the whole update where they are called, LeanRL style."""
     global act, td_update
@@ -455,7 +420,9 @@ def torch_device() -> torch.device:
     return torch.device("cuda") if jax.default_backend() == "gpu" else torch.device("cpu")
 
 
-def train(args: Args, env, env_params, log, saved: dict | None = None):
+def train(args: Args, env, env_params, writer, saved: dict | None = None):
+    """Returns the trained Q-network, its target and the optimizer. writer: TensorBoard's (the benchmark's
+    RunLog, which also times and records the run)."""
     # drives init, exploration and the device buffer's sampling; JAX the environments (--torch-env: torch)
     torch.manual_seed(args.seed)
     device, obs_shape = torch_device(), env.observation_space(env_params).shape
@@ -466,7 +433,7 @@ def train(args: Args, env, env_params, log, saved: dict | None = None):
         reset = jax.jit(lambda seed: env_reset(jax.random.key(seed), env, env_params, args.num_envs))
         obs, env_state = reset.lower(args.seed).compile({"xla_backend_optimization_level": 0})(args.seed)
     q_network, target_network, optimizer = make_networks(obs_shape, env.action_space(env_params).n, args, device)
-    if saved is not None:  # the weights, the target and Adam's state; the buffer starts empty
+    if saved is not None:  # harness: the weights, the target and Adam's state; the buffer starts empty
         q_network.load_state_dict(saved["q_network"]), target_network.load_state_dict(saved["target_network"])
         optimizer.load_state_dict(saved["optimizer"])
     buffer = Buffer(args.buffer_size, math.prod(obs_shape), device, args.buffer == "host", args.seed)
@@ -487,96 +454,122 @@ def train(args: Args, env, env_params, log, saved: dict | None = None):
     num_iterations = args.total_timesteps // args.log_frequency
     with Progress() as progress:
         compiling = args.compile_mode != "none" or not args.torch_env
-        first = f"{log.variant}: iteration 0" + (", compiling" if compiling else "")
+        first = "iteration 0" + (", compiling" if compiling else "")
         task = progress.add_task(first, total=num_iterations)
         for i in range(num_iterations):
             t0 = time.perf_counter()
-            with region("iteration", args.profile):
+            with region("iteration", args.profile):  # harness
                 runner, stats = iteration(q_network, target_network, optimizer, buffer, runner, env_step_fn, args)
             stats = {k: float(v) for k, v in stats.items()}  # the host fetch, which waits for the iteration
-            progress.update(task, advance=1, description=log.iteration(i, {"iteration": time.perf_counter() - t0}, stats))
+            seconds, global_step = time.perf_counter() - t0, (i + 1) * args.log_frequency
+            if stats["episodes"]:
+                writer.add_scalar("charts/episodic_return", stats["episodic_return_sum"] / stats["episodes"], global_step)
+                writer.add_scalar("charts/episodic_length", stats["episodic_length_sum"] / stats["episodes"], global_step)
+            writer.add_scalar("charts/SPS", args.log_frequency / seconds, global_step)
+            writer.add_scalar("charts/epsilon", stats["epsilon"], global_step)
+            if stats["updates"]:  # the losses of the iteration's updates: none before learning starts
+                writer.add_scalar("losses/td_loss", stats["td_loss"], global_step)
+                writer.add_scalar("losses/q_values", stats["q_values"], global_step)
+            writer.iteration(i, {"iteration": seconds}, stats)  # harness: time/, memory/, the final return, --profile
+            progress.update(task, advance=1, description=f"{global_step:,} steps, SPS {args.log_frequency / seconds:,.0f}")
     return q_network, target_network, optimizer
 
 
-# %% main
-RANGES = {  # every numeric argument's valid values, checked before anything is written
-    "a positive integer": (("num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency",
-                            "log_frequency"), lambda x: x > 0),
-    "an integer >= 0": (("total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
-    "> 0": (("learning_rate",), lambda x: 0 < x < math.inf),
-    "in [0, 1]": (("gamma", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
-    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
-    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
-}
+def traced(args: Args) -> range:  # harness
+    """--profile's iterations (from 0): the last two, after at least one that compiles."""
+    iterations = args.total_timesteps // args.log_frequency
+    return range(iterations - 2, iterations)
 
 
-def check_args(args: Args):
-    for expected, (names, valid) in RANGES.items():
-        for name in names:
-            if not valid(getattr(args, name)):
-                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+def invalid(args: Args) -> str | None:  # harness
+    """Why these arguments cannot run, beyond each one's range (check_args asks first), or None."""
     if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
-        fail(f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
-             f"total_timesteps={args.total_timesteps}")
+        return (f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+                f"total_timesteps={args.total_timesteps}")
     if args.train_frequency < args.num_envs or args.target_network_frequency < args.num_envs:
-        fail(f"train_frequency={args.train_frequency} and target_network_frequency={args.target_network_frequency} "
-             f"must be at least num_envs={args.num_envs}: one vector step makes at most one update")
+        return (f"train_frequency={args.train_frequency} and target_network_frequency={args.target_network_frequency} "
+                f"must be at least num_envs={args.num_envs}: one vector step makes at most one update")
     if args.batch_size > args.buffer_size:
-        fail(f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}")
+        return f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}"
     if args.total_timesteps and args.learning_starts >= args.total_timesteps:
-        fail(f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
-             f"{args.total_timesteps}): it would never learn")
+        return (f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+                f"{args.total_timesteps}): it would never learn")
     if args.profile and args.total_timesteps // args.log_frequency < 3:  # the first iteration compiles
-        fail(f"--profile traces the last two iterations after a first: total_timesteps must be at least "
-             f"3 * log_frequency = {3 * args.log_frequency}, got {args.total_timesteps}")
-    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
-        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
+        return (f"--profile traces the last two iterations after a first: total_timesteps must be at least "
+                f"3 * log_frequency = {3 * args.log_frequency}, got {args.total_timesteps}")
+    return None
 
 
-def set_matmul_precision(precision: str) -> dict:
-    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
-    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
-    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
-    return {"jax": jax.config.jax_default_matmul_precision, "torch": torch.get_float32_matmul_precision()}
-
-
+# %% main
 def main():
     args = tyro.cli(Args)
-    check_args(args)
+    check_args(args)  # harness: bad input exits 2 before anything is written
     env, env_params = make_torch_env(args.env_id, torch_device()) if args.torch_env else make_env(args.env_id)
     if args.model == "cnn" and len(shape := env.observation_space(env_params).shape) != 3:
         fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
-    saved = read_model(args.load_model, args) if args.load_model else None  # refused before anything is written
-    variant = variant_name(args)
-    precision = set_matmul_precision(args.matmul_precision)
-    run_dir = make_run_dir(args, variant, jax.devices()[0].device_kind, precision)
-    writer = make_writer(args, variant, run_dir)
-    log = RunLog(writer, args, variant, run_dir)
-    try:
-        q_network, target_network, optimizer = train(args, env, env_params, log, saved)
-        # the timed part ends here: saving and evaluating come after it
-        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
-        summary["saved_model"] = (save_model(run_dir, q_network, target_network, optimizer, args) if args.save_model
-                                  else None)
-        returns = []
-        if args.eval_episodes:  # fresh envs: the seed key folded with 4, a stream training does not draw from
-            returns = evaluate(q_network, jax.random.fold_in(jax.random.key(args.seed), 4), env, env_params,
-                               args.eval_episodes, args.end_e, args.seed)
-        summary |= log.evaluation(returns)
-    finally:  # an interrupted run keeps what it logged, and has no summary.json
-        writer.close()
-        end_tracking(args, run_dir, summary if sys.exc_info()[0] is None else None)
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
-        json.dump(summary, f, indent=2)
-    evaluation = f", evaluation {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
-    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}")
+    saved = read_model(args.load_model, args) if args.load_model else None  # harness
+    writer = start_run(args, variant_name(args), torch_device())  # plain: writer = Writer(f"runs/{args.env_id}__{variant_name(args)}__{args.seed}__{int(time.time())}")
+    with writer:  # harness: summary.json, the saved model and the evaluation; an interrupted run keeps its logs
+        q_network, target_network, optimizer = train(args, env, env_params, writer, saved)  # plain: train(args, env, env_params, writer)
+        writer.finish(save=lambda run_dir: save_model(run_dir, q_network, target_network, optimizer, args),  # harness
+                      # evaluation's fresh envs: the seed key folded with 4, a stream training does not draw from
+                      evaluate=lambda: evaluate(q_network, jax.random.fold_in(jax.random.key(args.seed), 4), env,
+                                                env_params, args.eval_episodes, args.end_e, args.seed))
+    # plain: writer.close()
 
 
 # %% harness
-# The benchmark's own part, one text in every PyTorch script (tests/test_shape.py holds it): the run's
-# record (run.json: arguments, machine, versions, threads), the TensorBoard writer and --track, --profile's
-# named ranges.
+# The benchmark's own part, one text in every PyTorch script (tests/test_shape.py holds it): the checks of the
+# arguments, the run's record (run.json: arguments, machine, versions, threads), the TensorBoard writer
+# and --track, --profile's named ranges, summary.json, the saved model and the evaluation.
+import cProfile
+import importlib.util
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from contextlib import nullcontext
+from dataclasses import asdict
+from importlib import metadata
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+RANGES = {  # every numeric argument's valid values (of any script's Args), checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_agents", "buffer_size",
+                            "batch_size", "train_frequency", "target_network_frequency", "policy_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate", "policy_lr", "q_lr", "clip_coef", "max_grad_norm", "adam_eps"),
+            lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef", "alpha", "policy_noise", "exploration_noise", "noise_clip"),
+             lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
+    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+    "two values in [0, 1)": (("adam_betas",), lambda x: all(0 <= beta < 1 for beta in x)),
+}
+
+
+def check_args(args):
+    """Each numeric argument in its range (None: the action space's default, set later), --track's package,
+    then what the algorithm's invalid(args) finds."""
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if getattr(args, name, None) is not None and not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
+    if why := invalid(args):  # the algorithm's own rules (the reading part's invalid())
+        fail(why)
+
+
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "mujoco",
             "envpool", "torch")
 
@@ -684,6 +677,19 @@ def region(name: str, on: bool):
     return torch.profiler.record_function(name) if on else nullcontext()
 
 
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32.
+    JAX's too where it steps the environments."""
+    set_by = {}
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+        set_by["jax"] = jax.config.jax_default_matmul_precision
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
+    return set_by | {"torch": torch.get_float32_matmul_precision()}
+
+
 def peak_device_mb():
     """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's where JAX steps the environments."""
     if torch_device().type != "cuda":
@@ -692,46 +698,57 @@ def peak_device_mb():
     return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
 
 
-class RunLog:
-    """Writes each iteration's scalars to TensorBoard and keeps what summary.json needs. The algorithm's part
-    of the script says what an iteration logs: env_steps(args), its env steps (of each agent); logged(args,
-    stats, seconds), its own tags; traced(args), the iterations --profile traces. A statistic with an agent
-    axis (the agent scripts) is logged as its mean over agents, then each agent's under <tag>/agent<i>."""
+def against_target(env_id: str, model: str, final: float | None) -> str:
+    """Whether a final return reached the study's target for this env and model, where analyze.py has written
+    one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
+    target = json.load(open(path)).get(env_id, {}).get(model) if os.path.exists(path) else None
+    if target is None or final is None:
+        return ""
+    reached = "reached" if final >= target["target"] else "not reached"
+    return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
+            f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
 
-    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+
+def start_run(args, variant: str, device: torch.device, **record) -> "RunLog":
+    """The run's directory and record, and its writer: TensorBoard's, which the run's log wraps."""
+    precision = set_matmul_precision(args.matmul_precision)
+    if device.type == "cpu" and torch.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
+        print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on the "
+              "CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    run_dir = make_run_dir(args, variant, device_name, precision, **record)
+    return RunLog(make_writer(args, variant, run_dir), args, variant, run_dir)
+
+
+class RunLog:
+    """The writer the algorithm logs to: TensorBoard's, and what the benchmark keeps besides. Each iteration
+    (iteration(), after the algorithm's own scalars) adds its times (time/...) and memory (memory/...), keeps its
+    episodes for the final return, flushes, and starts or ends --profile's trace at the iterations traced(args)
+    names. As a context: finish() writes summary.json's figures, the saved model and the
+    evaluation; leaving closes the writer and ends --track, and writes summary.json last (not when interrupted)."""
+
+    def __init__(self, writer: Writer, args, variant: str, run_dir: str):
         self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
         self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
         self.traced = traced(args)  # --profile's iterations (from 0)
         self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
+        self.step, self.summary = 0, None
 
-    def write(self, tag: str, value, step: int):
-        value = np.asarray(value)
-        self.writer.add_scalar(tag, value.mean(), step)
-        for agent, agent_value in enumerate(value if value.ndim else ()):
-            self.writer.add_scalar(f"{tag}/agent{agent}", agent_value, step)
+    def add_scalar(self, tag: str, value, step: int):
+        self.writer.add_scalar(tag, value, step)
+        self.step = step  # the iteration's step, for what iteration() adds
 
-    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
-        step = (iteration + 1) * env_steps(self.args)  # CleanRL's global_step
+    def iteration(self, iteration: int, times: dict, stats: dict):
         for name, seconds in times.items():
-            self.writer.add_scalar(f"time/{name}", seconds, step)
-        count = np.asarray(stats["episodes"])
-        self.episodes.append((count, np.asarray(stats["episodic_return_sum"], dtype=float)))
-        for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
-            total = np.asarray(stats[f"{name}_sum"])
-            if count.sum():
-                self.writer.add_scalar(f"charts/{name}", total.sum() / int(count.sum()), step)
-            for agent in np.flatnonzero(count) if count.ndim else ():
-                self.writer.add_scalar(f"charts/{name}/agent{agent}", total[agent] / count[agent], step)
-        scalars = logged(self.args, stats, times["iteration"])
-        for tag, value in scalars.items():
-            self.write(tag, value, step)
-        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+            self.writer.add_scalar(f"time/{name}", seconds, self.step)
+        self.episodes.append((np.asarray(stats["episodes"]), np.asarray(stats["episodic_return_sum"], dtype=float)))
+        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, self.step)
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
-            self.writer.add_scalar("memory/peak_device_mb", device_mb, step)
+            self.writer.add_scalar("memory/peak_device_mb", device_mb, self.step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
         if self.args.profile and iteration + 1 in (self.traced.start, self.traced.stop):
             self.trace(start=iteration + 1 == self.traced.start)
-        return f"{self.variant} {step:,} steps SPS {scalars['charts/SPS']:,.0f} return {self.final_return() or 0:.1f}"
 
     def trace(self, start: bool):
         """--profile: starts or ends the trace of the iterations traced(args) names (docs/profiling.md)."""
@@ -744,6 +761,29 @@ class RunLog:
             self.tracer.stop()
             self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
             self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
+
+    def finish(self, save, evaluate, target: bool = False):
+        """After the timed part: summary.json's figures, the model save(run_dir) saved with --save-model, and
+        --eval-episodes' returns, evaluate(). target: the end line compares the final return with the study's."""
+        self.summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return()}
+        self.summary["saved_model"] = save(self.run_dir) if self.args.save_model else None
+        self.summary |= self.evaluation(evaluate() if self.args.eval_episodes else [])
+        self.target = target
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error, *_):
+        self.writer.close()
+        end_tracking(self.args, self.run_dir, None if error else self.summary)
+        if error:  # an interrupted run keeps what it logged, and has no summary.json
+            return
+        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+            json.dump(self.summary, f, indent=2)
+        final = self.summary["charts/episodic_return_final"]
+        evaluation = f", evaluation {self.summary['eval/episodic_return']:.1f}" if self.args.eval_episodes else ""
+        target = against_target(self.args.env_id, self.args.model, final) if self.target else ""
+        print(f"{self.run_dir}: final return {final}{evaluation}{target}")
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode), or with an agent axis each
