@@ -18,20 +18,12 @@ gradients with torch.compile.
 # %% imports
 import time
 
-START_TIME = time.time()  # before the heavy imports: the startup time counts them
+START_TIME = time.time()  # harness: before the heavy imports, so the startup time counts them
 
-import cProfile
-import importlib.util
-import json
 import math
 import os
-import platform
-import resource
-import sys
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
-from importlib import metadata
 from typing import Annotated, Literal, NamedTuple
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to torch
@@ -99,22 +91,22 @@ class Args:
     """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
     seed: int = 1
     """one seed drives init, environments, actions and shuffling"""
-    sync_timing: bool = False
+    sync_timing: bool = False  # harness
     """block around rollout and update to time them (time/rollout, time/update)"""
-    matmul_precision: Literal["float32", "tf32"] = "float32"
+    matmul_precision: Literal["float32", "tf32"] = "float32"  # harness
     """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
-    log_dir: str = "runs"
+    log_dir: str = "runs"  # harness
     """parent directory of the run directories"""
-    save_model: bool = False
+    save_model: bool = False  # harness
     """at the end, save the trained actor-critic and its optimizer state into the run directory"""
-    load_model: str | None = None
+    load_model: str | None = None  # harness
     """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
-    eval_episodes: int = 0
+    eval_episodes: int = 0  # harness
     """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
-    profile: bool = False
+    profile: bool = False  # harness
     """trace iterations 3 and 4 into the run directory: torch's ops (trace.json.gz, Perfetto opens it) and
     Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
-    track: Literal["mlflow", "wandb"] | None = None
+    track: Literal["mlflow", "wandb"] | None = None  # harness
     """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
     (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
     jit_env: bool = True
@@ -167,12 +159,6 @@ def agent_hyper(args: Args, device=None) -> Hyper:
 NEEDS_DOWNLOAD = ("MNISTBandit-bsuite",)  # fetches its data set when constructed
 CRAFTAX_IDS = ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")  # flat observations: the MLP's input
 CRAFTAX_RESET_RATIO = 16  # envs per fresh Craftax world made each step (the Craftax baselines' optimistic resets)
-
-
-def fail(message: str):
-    """Bad input: one line on stderr, exit code 2, nothing written."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def continuous(env, env_params) -> bool:
@@ -586,9 +572,9 @@ def rollout(model: ActorCritic, params: dict, generators: list, runner: Runner, 
     noises = torch.stack([noise(shape, "actor_logstd" in params, obs.device, g) for g in generators], 1)
     observations, actions, outputs, steps = [], [], [], []
     for t in range(args.num_steps):
-        with region("policy_step", args.profile):
+        with region("policy_step", args.profile):  # harness
             action, output = act(model, params, obs, noises[t])
-        with region("env_step", args.profile):
+        with region("env_step", args.profile):  # harness
             env_state, out = env_step_fn(env_state, action)
         observations.append(obs), actions.append(action), outputs.append(output), steps.append(out)
         obs = torch.from_dlpack(out.obs)
@@ -736,7 +722,7 @@ def update(model: ActorCritic, params: dict, optimizer, generators: list, batch:
             mb = Batch(*(x[:, start:start + minibatch_size] for x in shuffled))
             for group in optimizer.param_groups:
                 group["lr"] = group["rate"] * (1 - step / total_steps)  # linear decay
-            with region("minibatch_step", args.profile):
+            with region("minibatch_step", args.profile):  # harness
                 stats.append(minibatch_step(model, params, optimizer, mb, hyper, args))
             step += 1
     names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
@@ -744,9 +730,6 @@ def update(model: ActorCritic, params: dict, optimizer, generators: list, batch:
 
 
 # %% training loop with logging
-PROFILED = range(2, 4)  # --profile's iterations (from 0): the first compiles, the second warms up
-
-
 def compile_hot_paths():
     """torch.compile the policy step, GAE and the agents' gradients where they are called, LeanRL style;
     each one graph (fullgraph), so a graph break is an error."""
@@ -762,25 +745,17 @@ def torch_device() -> torch.device:
 LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
 
 
-def env_steps(args: Args) -> int:
-    """An iteration's env steps (of each agent): the step TensorBoard plots against (CleanRL's global_step)."""
-    return args.num_envs * args.num_steps
+def add_agent_scalars(writer, tag: str, value, step: int):
+    """A value with an agent axis: the mean over the agents under tag, then agent i's under <tag>/agent<i>."""
+    writer.add_scalar(tag, value.mean(), step)
+    for agent, agent_value in enumerate(value):
+        writer.add_scalar(f"{tag}/agent{agent}", agent_value, step)
 
 
-def logged(args: Args, stats: dict, seconds: float) -> dict:
-    """An iteration's scalars beside its episodes' returns and lengths (RunLog writes those): tag -> value;
-    each has an agent axis. SPS counts every agent's env steps.
-    The learning rate is the optimizer's, of its last step."""
-    return {"charts/SPS": args.num_agents * env_steps(args) / seconds, "charts/learning_rate": stats["learning_rate"],
-            **{f"losses/{name}": stats[name] for name in LOSSES}}
-
-
-def traced(args: Args) -> range:
-    """--profile's iterations (from 0)."""
-    return PROFILED
-
-
-def train(args: Args, env, env_params, log, saved: dict | None = None):
+def train(args: Args, env, env_params, writer, saved: dict | None = None):
+    """Returns the model, the agents' stacked weights, the optimizer, the agents' generators and their
+    normalization's statistics (None: not normalized), stacked.
+    writer: TensorBoard's (the benchmark's run log, which also times and records the run)."""
     device = torch_device()
     # agent i's seed + i drives its init, actions and shuffling (make_agents) and, in JAX, its environments.
     # The environments' reset as one compiled call, not dozens of op-by-op compilations; it runs
@@ -799,7 +774,7 @@ def train(args: Args, env, env_params, log, saved: dict | None = None):
         obs, env_state = reset.lower(seeds, norm).compile({"xla_backend_optimization_level": 0})(seeds, norm)
     num_actions = space.shape[0] if continuous(env, env_params) else space.n  # a Gaussian's dimensions, or logits
     model, params, optimizer, generators = make_agents(obs_dim, num_actions, continuous(env, env_params), args, device)
-    if saved is not None:
+    if saved is not None:  # harness
         restore(params, optimizer, saved)
     if args.torch_env:  # reset after the weights are drawn, each agent's envs by its generator
         obs, env_state, env_step_fn = agent_torch_envs(env, env_params, args.num_envs, norm, generators, args.gamma)
@@ -818,66 +793,69 @@ def train(args: Args, env, env_params, log, saved: dict | None = None):
         compile_hot_paths()
 
     with Progress() as progress:
-        # the bar's words until it moves
-        first = f"{log.variant}: iteration 0" + (", compiling" if args.compile or not args.torch_env else "")
-        task = progress.add_task(first, total=args.num_iterations)
+        task = progress.add_task("iteration 0" + (", compiling" if args.compile or not args.torch_env else ""),
+                                 total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
-            with region("rollout", args.profile):
+            with region("rollout", args.profile):  # harness
                 runner, batch, rollout_stats = rollout(model, params, generators, runner, env_step_fn, args)
-            if args.sync_timing:
+            if args.sync_timing:  # harness
                 sync()
                 t1 = time.perf_counter()
-            with region("update", args.profile):
+            with region("update", args.profile):  # harness
                 update_stats = update(model, params, optimizer, generators, batch, iteration, hyper, args)
-            if args.sync_timing:
+            if args.sync_timing:  # harness
                 sync()
                 t2 = time.perf_counter()
             stats = {**rollout_stats, **update_stats}
             stats = dict(zip(stats, torch.stack(list(stats.values())).numpy(force=True)))  # the one host fetch
+            seconds, global_step = time.perf_counter() - t0, (iteration + 1) * args.num_envs * args.num_steps
+            episodes = stats["episodes"]  # each agent's; global_step counts the env steps of each agent
+            for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
+                if episodes.sum():
+                    writer.add_scalar(f"charts/{name}", stats[f"{name}_sum"].sum() / int(episodes.sum()), global_step)
+                for agent in np.flatnonzero(episodes):
+                    writer.add_scalar(f"charts/{name}/agent{agent}", stats[f"{name}_sum"][agent] / episodes[agent],
+                                      global_step)
+            sps = args.num_agents * args.num_envs * args.num_steps / seconds  # every agent's env steps
+            writer.add_scalar("charts/SPS", sps, global_step)
             # the rates of Adam's last step, host floats: one group's for every agent, or each agent's group's
-            stats["learning_rate"] = np.broadcast_to([group["lr"] for group in optimizer.param_groups], args.num_agents)
-            times = {"iteration": time.perf_counter() - t0}
-            if args.sync_timing:
-                times.update(rollout=t1 - t0, update=t2 - t1)
-            progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
+            learning_rates = np.broadcast_to([group["lr"] for group in optimizer.param_groups], args.num_agents)
+            add_agent_scalars(writer, "charts/learning_rate", learning_rates, global_step)
+            for name in LOSSES:
+                add_agent_scalars(writer, f"losses/{name}", stats[name], global_step)
+            times = {"iteration": seconds} | ({"rollout": t1 - t0, "update": t2 - t1} if args.sync_timing else {})  # harness
+            writer.iteration(iteration, times, stats)  # harness: time/, memory/, the final return, --profile
+            progress.update(task, advance=1, description=f"{global_step:,} steps, SPS {sps:,.0f}")
     return model, params, optimizer, generators, runner.env_state.norm
 
 
-# %% main
-RANGES = {  # every numeric argument's valid values, checked before anything is written
-    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_agents"), lambda x: x > 0),
-    "an integer >= 0": (("num_iterations", "eval_episodes"), lambda x: x >= 0),
-    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
-    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
-    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
-    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
-    "two values in [0, 1)": (("adam_betas",), lambda x: all(0 <= beta < 1 for beta in x)),
-}
+def traced(args: Args) -> range:  # harness
+    """--profile's iterations (from 0): the first compiles, the second warms up."""
+    return range(2, 4)
 
 
-def check_args(args: Args):
-    for expected, (names, valid) in RANGES.items():
-        for name in names:  # (None: the action space's default, set by with_defaults)
-            if getattr(args, name) is not None and not valid(getattr(args, name)):
-                fail(f"{name} must be {expected}, got {getattr(args, name)}")
-    if args.profile and args.num_iterations < PROFILED.stop:
-        fail(f"--profile traces iterations {PROFILED.start + 1} to {PROFILED.stop}: "
-             f"num_iterations must be at least {PROFILED.stop}, got {args.num_iterations}")
-    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
-        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
+def invalid(args: Args) -> str | None:  # harness
+    """Why these arguments cannot run, beyond each one's range (check_args asks first), or None."""
+    if args.profile and args.num_iterations < traced(args).stop:
+        return (f"--profile traces iterations {traced(args).start + 1} to {traced(args).stop}: "
+                f"num_iterations must be at least {traced(args).stop}, got {args.num_iterations}")
     if args.model == "cnn":
-        fail("--model cnn is not in the agent scripts: one agent per process with ppo_torch.py --model cnn")
+        return "--model cnn is not in the agent scripts: one agent per process with ppo_torch.py --model cnn"
     for name in PER_AGENT:  # one value per agent, each in its single argument's range
         if (values := getattr(args, f"{name}s")) and len(values) != args.num_agents:
-            fail(f"{name}s takes one value per agent: {len(values)} given for {args.num_agents} agents")
+            return f"{name}s takes one value per agent: {len(values)} given for {args.num_agents} agents"
         for value in values:
             check_args(replace(args, **{name: value, f"{name}s": ()}))
     if args.seed + args.num_agents - 1 >= 2**31:
-        fail(f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
-             f"got {args.seed + args.num_agents - 1}")
+        return (f"seed + num_agents - 1 must be at most 2**31 - 1 (agent i is seeded seed + i), "
+                f"got {args.seed + args.num_agents - 1}")
+    if args.torch_env and not args.jit_env:
+        return "--no-jit-env leaves Gymnax's env without our jax.jit; --torch-env steps no JAX env"
+    return None
 
 
+# %% main
 def with_defaults(args: Args, continuous_actions: bool) -> Args:
     """Each value left unset takes its action space's default (run.json records what ran)."""
     args = replace(args, **{k: v for k, v in DEFAULTS[continuous_actions].items() if getattr(args, k) is None})
@@ -887,70 +865,76 @@ def with_defaults(args: Args, continuous_actions: bool) -> Args:
     return args
 
 
-def set_matmul_precision(precision: str) -> dict:
-    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
-    jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
-    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
-    return {"jax": jax.config.jax_default_matmul_precision, "torch": torch.get_float32_matmul_precision()}
-
-
-def against_target(env_id: str, model: str, final: float | None) -> str:
-    """Whether a final return reached the study's target for this env and model, where analyze.py has written
-    one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
-    target = json.load(open(path)).get(env_id, {}).get(model) if os.path.exists(path) else None
-    if target is None or final is None:
-        return ""
-    reached = "reached" if final >= target["target"] else "not reached"
-    return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
-            f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
-
-
 def main():
     args = tyro.cli(Args)
-    check_args(args)
-    if args.torch_env and not args.jit_env:
-        fail("--no-jit-env leaves Gymnax's env without our jax.jit; --torch-env steps no JAX env")
+    check_args(args)  # harness: bad input exits 2 before anything is written
     env, env_params = make_torch_env(args.env_id, torch_device()) if args.torch_env else make_env(args.env_id)
     args = with_defaults(args, continuous(env, env_params))
-    # a model this run cannot start from is refused before anything is written
-    saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None
-    variant = variant_name(args)
-    precision = set_matmul_precision(args.matmul_precision)
-    device = torch_device()
-    if device.type == "cpu" and torch.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
-        print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on the "
-              "CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
-    run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu", precision)
-    writer = make_writer(args, variant, run_dir)
-    log = RunLog(writer, args, variant, run_dir)
-    try:
-        model, params, optimizer, generators, norm = train(args, env, env_params, log, saved)
-        # the timed part ends here: saving and evaluating come after it
-        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return(),
-                   "charts/episodic_return_final_per_agent": log.final_returns()}
-        summary["saved_model"] = save_model(run_dir, params, optimizer, norm, args) if args.save_model else None
-        returns = []
-        if args.eval_episodes:  # fresh envs: agent i's seed key's fifth split (training takes four)
-            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 4))(agent_seeds(args))
-            returns = evaluate(model, params, norm, keys, env, env_params, args.eval_episodes, generators)
-        summary |= log.evaluation(returns)
-    finally:  # an interrupted run keeps what it logged, and has no summary.json
-        writer.close()
-        end_tracking(args, run_dir, summary if sys.exc_info()[0] is None else None)
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
-        json.dump(summary, f, indent=2)
-    evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
-    finals = ", ".join("-" if r is None else f"{r:.1f}" for r in summary["charts/episodic_return_final_per_agent"])
-    print(f"{run_dir}: final return per agent {finals}{evaluation}"
-          + against_target(args.env_id, args.model, summary["charts/episodic_return_final"]))
+    saved = read_model(args.load_model, args, normalizes(args, env, env_params)) if args.load_model else None  # harness
+    writer = start_run(args, variant_name(args), torch_device())  # plain: writer = Writer(f"runs/{args.env_id}__{variant_name(args)}__{args.seed}__{int(time.time())}")
+    with writer:  # harness: summary.json, the saved model and the evaluation; an interrupted run keeps its logs
+        model, params, optimizer, generators, norm = train(args, env, env_params, writer, saved)  # plain: train(args, env, env_params, writer)
+        keys = lambda: jax.vmap(lambda seed: jax.random.fold_in(jax.random.key(seed), 4))(agent_seeds(args))  # harness
+        writer.finish(save=lambda run_dir: save_model(run_dir, params, optimizer, norm, args),  # harness
+                      evaluate=lambda: evaluate(model, params, norm, keys(), env, env_params, args.eval_episodes,
+                                                generators),
+                      target=True)  # evaluation's fresh envs: agent i's seed key's fifth split (training takes four)
+        writer.summary["charts/episodic_return_final_per_agent"] = writer.final_returns()  # harness: tune.py --population reads each
+    # plain: writer.close()
 
 
 # %% harness
-# The benchmark's own part, one text in every PyTorch script (tests/test_shape.py holds it): the run's
-# record (run.json: arguments, machine, versions, threads), the TensorBoard writer and --track, --profile's
-# named ranges.
+# The benchmark's own part, one text in every PyTorch script (tests/test_shape.py holds it): the checks of the
+# arguments, the run's record (run.json: arguments, machine, versions, threads), the TensorBoard writer
+# and --track, --profile's named ranges, summary.json, the saved model and the evaluation.
+import cProfile
+import importlib.util
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from contextlib import nullcontext
+from dataclasses import asdict
+from importlib import metadata
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+RANGES = {  # every numeric argument's valid values (of any script's Args), checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_agents", "buffer_size",
+                            "batch_size", "train_frequency", "target_network_frequency", "policy_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate", "policy_lr", "q_lr", "clip_coef", "max_grad_norm", "adam_eps"),
+            lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef", "alpha", "policy_noise", "exploration_noise", "noise_clip"),
+             lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
+    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+    "two values in [0, 1)": (("adam_betas",), lambda x: all(0 <= beta < 1 for beta in x)),
+}
+
+
+def check_args(args):
+    """Each numeric argument in its range (None: the action space's default, set later), --track's package,
+    then what the algorithm's invalid(args) finds."""
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if getattr(args, name, None) is not None and not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
+    if why := invalid(args):  # the algorithm's own rules (the reading part's invalid())
+        fail(why)
+
+
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "mujoco",
             "envpool", "torch")
 
@@ -1058,54 +1042,77 @@ def region(name: str, on: bool):
     return torch.profiler.record_function(name) if on else nullcontext()
 
 
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32.
+    JAX's too where the script steps its environments in JAX."""
+    set_by, jax = {}, globals().get("jax")  # (the Gymnasium scripts import no JAX)
+    if jax is not None:
+        jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+        set_by["jax"] = jax.config.jax_default_matmul_precision
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
+    return set_by | {"torch": torch.get_float32_matmul_precision()}
+
+
 def peak_device_mb():
     """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's where JAX steps the environments."""
     if torch_device().type != "cuda":
         return None
-    jax_stats = (sys.modules["jax"].devices()[0].memory_stats() or {}) if "jax" in sys.modules else {}
+    jax_stats = (globals()["jax"].devices()[0].memory_stats() or {}) if "jax" in globals() else {}
     return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
 
 
-class RunLog:
-    """Writes each iteration's scalars to TensorBoard and keeps what summary.json needs. The algorithm's part
-    of the script says what an iteration logs: env_steps(args), its env steps (of each agent); logged(args,
-    stats, seconds), its own tags; traced(args), the iterations --profile traces. A statistic with an agent
-    axis (the agent scripts) is logged as its mean over agents, then each agent's under <tag>/agent<i>."""
+def against_target(env_id: str, model: str, final: float | None) -> str:
+    """Whether a final return reached the study's target for this env and model, where analyze.py has written
+    one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
+    target = json.load(open(path)).get(env_id, {}).get(model) if os.path.exists(path) else None
+    if target is None or final is None:
+        return ""
+    reached = "reached" if final >= target["target"] else "not reached"
+    return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
+            f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
 
-    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+
+def start_run(args, variant: str, device: torch.device, **record) -> "RunLog":
+    """The run's directory and record, and its writer: TensorBoard's, which the run's log wraps."""
+    precision = set_matmul_precision(args.matmul_precision)
+    if device.type == "cpu" and torch.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
+        print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on the "
+              "CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    run_dir = make_run_dir(args, variant, device_name, precision, **record)
+    return RunLog(make_writer(args, variant, run_dir), args, variant, run_dir)
+
+
+class RunLog:
+    """The writer the algorithm logs to: TensorBoard's, and what the benchmark keeps besides. Each iteration
+    (iteration(), after the algorithm's own scalars) adds its times (time/...) and memory (memory/...), keeps its
+    episodes for the final return, flushes, and starts or ends --profile's trace at the iterations traced(args)
+    names. As a context: finish() writes summary.json's figures, the saved model and the
+    evaluation; leaving closes the writer and ends --track, and writes summary.json last (not when interrupted)."""
+
+    def __init__(self, writer: Writer, args, variant: str, run_dir: str):
         self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
         self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
         self.traced = traced(args)  # --profile's iterations (from 0)
         self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
+        self.step, self.summary = 0, None
 
-    def write(self, tag: str, value, step: int):
-        value = np.asarray(value)
-        self.writer.add_scalar(tag, value.mean(), step)
-        for agent, agent_value in enumerate(value if value.ndim else ()):
-            self.writer.add_scalar(f"{tag}/agent{agent}", agent_value, step)
+    def add_scalar(self, tag: str, value, step: int):
+        self.writer.add_scalar(tag, value, step)
+        self.step = step  # the iteration's step, for what iteration() adds
 
-    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
-        step = (iteration + 1) * env_steps(self.args)  # CleanRL's global_step
+    def iteration(self, iteration: int, times: dict, stats: dict):
         for name, seconds in times.items():
-            self.writer.add_scalar(f"time/{name}", seconds, step)
-        count = np.asarray(stats["episodes"])
-        self.episodes.append((count, np.asarray(stats["episodic_return_sum"], dtype=float)))
-        for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
-            total = np.asarray(stats[f"{name}_sum"])
-            if count.sum():
-                self.writer.add_scalar(f"charts/{name}", total.sum() / int(count.sum()), step)
-            for agent in np.flatnonzero(count) if count.ndim else ():
-                self.writer.add_scalar(f"charts/{name}/agent{agent}", total[agent] / count[agent], step)
-        scalars = logged(self.args, stats, times["iteration"])
-        for tag, value in scalars.items():
-            self.write(tag, value, step)
-        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+            self.writer.add_scalar(f"time/{name}", seconds, self.step)
+        self.episodes.append((np.asarray(stats["episodes"]), np.asarray(stats["episodic_return_sum"], dtype=float)))
+        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, self.step)
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
-            self.writer.add_scalar("memory/peak_device_mb", device_mb, step)
+            self.writer.add_scalar("memory/peak_device_mb", device_mb, self.step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
         if self.args.profile and iteration + 1 in (self.traced.start, self.traced.stop):
             self.trace(start=iteration + 1 == self.traced.start)
-        return f"{self.variant} {step:,} steps SPS {scalars['charts/SPS']:,.0f} return {self.final_return() or 0:.1f}"
 
     def trace(self, start: bool):
         """--profile: starts or ends the trace of the iterations traced(args) names (docs/profiling.md)."""
@@ -1118,6 +1125,29 @@ class RunLog:
             self.tracer.stop()
             self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
             self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
+
+    def finish(self, save, evaluate, target: bool = False):
+        """After the timed part: summary.json's figures, the model save(run_dir) saved with --save-model, and
+        --eval-episodes' returns, evaluate(). target: the end line compares the final return with the study's."""
+        self.summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return()}
+        self.summary["saved_model"] = save(self.run_dir) if self.args.save_model else None
+        self.summary |= self.evaluation(evaluate() if self.args.eval_episodes else [])
+        self.target = target
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error, *_):
+        self.writer.close()
+        end_tracking(self.args, self.run_dir, None if error else self.summary)
+        if error:  # an interrupted run keeps what it logged, and has no summary.json
+            return
+        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+            json.dump(self.summary, f, indent=2)
+        final = self.summary["charts/episodic_return_final"]
+        evaluation = f", evaluation {self.summary['eval/episodic_return']:.1f}" if self.args.eval_episodes else ""
+        target = against_target(self.args.env_id, self.args.model, final) if self.target else ""
+        print(f"{self.run_dir}: final return {final}{evaluation}{target}")
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode), or with an agent axis each

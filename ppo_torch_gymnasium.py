@@ -15,19 +15,11 @@ averages over transitions only (a next-step autoreset's reset step weighs nothin
 # %% imports
 import time
 
-START_TIME = time.time()  # before the heavy imports: the startup time counts them
+START_TIME = time.time()  # harness: before the heavy imports, so the startup time counts them
 
-import cProfile
-import importlib.util
-import json
 import math
 import os
-import platform
-import resource
-import sys
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, replace
-from importlib import metadata
+from dataclasses import dataclass, replace
 from typing import Annotated, Literal, NamedTuple
 
 import gymnasium as gym
@@ -94,22 +86,22 @@ class Args:
     """on a truncated (time-limit) step add gamma * V(final observation) to the reward"""
     seed: int = 1
     """one seed drives init, environments, actions and shuffling"""
-    sync_timing: bool = False
+    sync_timing: bool = False  # harness
     """block around rollout and update to time them (time/rollout, time/update)"""
-    matmul_precision: Literal["float32", "tf32"] = "float32"
+    matmul_precision: Literal["float32", "tf32"] = "float32"  # harness
     """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
-    log_dir: str = "runs"
+    log_dir: str = "runs"  # harness
     """parent directory of the run directories"""
-    save_model: bool = False
+    save_model: bool = False  # harness
     """at the end, save the trained actor-critic and its optimizer state into the run directory"""
-    load_model: str | None = None
+    load_model: str | None = None  # harness
     """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
-    eval_episodes: int = 0
+    eval_episodes: int = 0  # harness
     """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
-    profile: bool = False
+    profile: bool = False  # harness
     """trace iterations 3 and 4 into the run directory: torch's ops (trace.json.gz, Perfetto opens it) and
     Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
-    track: Literal["mlflow", "wandb"] | None = None
+    track: Literal["mlflow", "wandb"] | None = None  # harness
     """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
     (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
 
@@ -157,12 +149,6 @@ VECTORIZATIONS = {  # each way to step the envs, and the twins it offers
                 "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", *ATARI),  # EnvPool's C++ envs (its MinAtar has none)
 }
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
-
-
-def fail(message: str):
-    """Bad input: one line on stderr, exit code 2, nothing written."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
@@ -488,9 +474,9 @@ def rollout(agent: ActorCritic, runner: Runner, envs, args: Args):
     noises = noise(shape, agent.actor_logstd is not None, obs.device)
     observations, actions, outputs, steps = [], [], [], []
     for t in range(args.num_steps):
-        with region("policy_step", args.profile):
+        with region("policy_step", args.profile):  # harness
             action, output = act(agent, obs, noises[t])
-        with region("env_step", args.profile):
+        with region("env_step", args.profile):  # harness
             env_state, out = env_step(envs, env_state, action.cpu().numpy(), args.gamma)  # the env steps on the host
         observations.append(obs), actions.append(action), outputs.append(output), steps.append(out)
         obs = torch.from_numpy(out.obs).to(obs.device)
@@ -623,7 +609,7 @@ def update(agent: ActorCritic, optimizer, batch: Batch, iteration: int, args: Ar
         for start in range(0, batch_size, minibatch_size):
             mb = Batch(*(x[start:start + minibatch_size] for x in shuffled))
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - step / total_steps)  # linear decay
-            with region("minibatch_step", args.profile):
+            with region("minibatch_step", args.profile):  # harness
                 stats.append(minibatch_step(agent, optimizer, mb, args))
             step += 1
     names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
@@ -631,9 +617,6 @@ def update(agent: ActorCritic, optimizer, batch: Batch, iteration: int, args: Ar
 
 
 # %% training loop with logging
-PROFILED = range(2, 4)  # --profile's iterations (from 0): the first compiles, the second warms up
-
-
 def torch_device() -> torch.device:
     """The GPU if there is one, as in CleanRL: the environments step on the host either way."""
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -642,25 +625,9 @@ def torch_device() -> torch.device:
 LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
 
 
-def env_steps(args: Args) -> int:
-    """An iteration's env steps (of each agent): the step TensorBoard plots against (CleanRL's global_step)."""
-    return args.num_envs * args.num_steps
-
-
-def logged(args: Args, stats: dict, seconds: float) -> dict:
-    """An iteration's scalars beside its episodes' returns and lengths (RunLog writes those): tag -> value.
-    SPS counts transitions: a next-step autoreset's reset steps are no env steps.
-    The learning rate is the optimizer's, of its last step."""
-    return {"charts/SPS": stats["transitions"] / seconds, "charts/learning_rate": stats["learning_rate"],
-            **{f"losses/{name}": stats[name] for name in LOSSES}}
-
-
-def traced(args: Args) -> range:
-    """--profile's iterations (from 0)."""
-    return PROFILED
-
-
-def train(args: Args, envs, log, saved: dict | None = None):
+def train(args: Args, envs, writer, saved: dict | None = None):
+    """Returns the trained agent, its optimizer and the normalization's statistics (None: not normalized).
+    writer: TensorBoard's (the benchmark's run log, which also times and records the run)."""
     torch.manual_seed(args.seed)  # drives init, actions and shuffling; the same seed seeds the environments
     device = torch_device()
     obs_shape, space = observation_shape(envs), envs.single_action_space
@@ -668,60 +635,55 @@ def train(args: Args, envs, log, saved: dict | None = None):
     obs, env_state = env_reset(envs, args.seed, norm)
     num_actions = space.shape[0] if continuous(envs) else space.n  # a Gaussian's dimensions, or logits
     agent, optimizer = make_agent(obs_shape, num_actions, continuous(envs), args, device)
-    if saved is not None:
+    if saved is not None:  # harness
         restore(agent, optimizer, saved)
     runner = Runner(env_state, torch.from_numpy(obs).to(device))
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
 
     with Progress() as progress:
-        first = f"{log.variant}: iteration 0"  # the bar's words until it moves
-        task = progress.add_task(first, total=args.num_iterations)
+        task = progress.add_task("iteration 0", total=args.num_iterations)
         for iteration in range(args.num_iterations):
             t0 = time.perf_counter()
-            with region("rollout", args.profile):
+            with region("rollout", args.profile):  # harness
                 runner, batch, rollout_stats = rollout(agent, runner, envs, args)
-            if args.sync_timing:
+            if args.sync_timing:  # harness
                 sync()
                 t1 = time.perf_counter()
-            with region("update", args.profile):
+            with region("update", args.profile):  # harness
                 update_stats = update(agent, optimizer, batch, iteration, args)
-            if args.sync_timing:
+            if args.sync_timing:  # harness
                 sync()
                 t2 = time.perf_counter()
             stats = {**rollout_stats, **update_stats}
             stats = dict(zip(stats, torch.stack(list(stats.values())).tolist()))  # the one host fetch
-            stats["learning_rate"] = optimizer.param_groups[0]["lr"]  # the rate of Adam's last step: a host float
-            times = {"iteration": time.perf_counter() - t0}
-            if args.sync_timing:
-                times.update(rollout=t1 - t0, update=t2 - t1)
-            progress.update(task, advance=1, description=log.iteration(iteration, times, stats))
+            seconds, global_step = time.perf_counter() - t0, (iteration + 1) * args.num_envs * args.num_steps
+            if stats["episodes"]:
+                writer.add_scalar("charts/episodic_return", stats["episodic_return_sum"] / stats["episodes"], global_step)
+                writer.add_scalar("charts/episodic_length", stats["episodic_length_sum"] / stats["episodes"], global_step)
+            writer.add_scalar("charts/SPS", stats["transitions"] / seconds, global_step)  # a reset step is no env step
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)  # of Adam's last step
+            for name in LOSSES:
+                writer.add_scalar(f"losses/{name}", stats[name], global_step)
+            times = {"iteration": seconds} | ({"rollout": t1 - t0, "update": t2 - t1} if args.sync_timing else {})  # harness
+            writer.iteration(iteration, times, stats)  # harness: time/, memory/, the final return, --profile
+            progress.update(task, advance=1, description=f"{global_step:,} steps, SPS {stats['transitions'] / seconds:,.0f}")
     return agent, optimizer, runner.env_state.norm
 
 
+def traced(args: Args) -> range:  # harness
+    """--profile's iterations (from 0): the first compiles, the second warms up."""
+    return range(2, 4)
+
+
+def invalid(args: Args) -> str | None:  # harness
+    """Why these arguments cannot run, beyond each one's range (check_args asks first), or None."""
+    if args.profile and args.num_iterations < traced(args).stop:
+        return (f"--profile traces iterations {traced(args).start + 1} to {traced(args).stop}: "
+                f"num_iterations must be at least {traced(args).stop}, got {args.num_iterations}")
+    return None
+
+
 # %% main
-RANGES = {  # every numeric argument's valid values, checked before anything is written
-    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs"), lambda x: x > 0),
-    "an integer >= 0": (("num_iterations", "eval_episodes"), lambda x: x >= 0),
-    "> 0": (("learning_rate", "clip_coef", "max_grad_norm", "adam_eps"), lambda x: 0 < x < math.inf),
-    ">= 0": (("ent_coef", "vf_coef"), lambda x: 0 <= x < math.inf),
-    "in [0, 1]": (("gamma", "gae_lambda"), lambda x: 0 <= x <= 1),
-    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
-    "two values in [0, 1)": (("adam_betas",), lambda x: all(0 <= beta < 1 for beta in x)),
-}
-
-
-def check_args(args: Args):
-    for expected, (names, valid) in RANGES.items():
-        for name in names:  # (None: the action space's default, set by with_defaults)
-            if getattr(args, name) is not None and not valid(getattr(args, name)):
-                fail(f"{name} must be {expected}, got {getattr(args, name)}")
-    if args.profile and args.num_iterations < PROFILED.stop:
-        fail(f"--profile traces iterations {PROFILED.start + 1} to {PROFILED.stop}: "
-             f"num_iterations must be at least {PROFILED.stop}, got {args.num_iterations}")
-    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
-        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
-
-
 def with_defaults(args: Args, continuous_actions: bool) -> Args:
     """Each value left unset takes its action space's default (run.json records what ran)."""
     args = replace(args, **{k: v for k, v in DEFAULTS[continuous_actions].items() if getattr(args, k) is None})
@@ -731,67 +693,78 @@ def with_defaults(args: Args, continuous_actions: bool) -> Args:
     return args
 
 
-def set_matmul_precision(precision: str) -> dict:
-    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32."""
-    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
-    return {"torch": torch.get_float32_matmul_precision()}
-
-
-def against_target(env_id: str, model: str, final: float | None) -> str:
-    """Whether a final return reached the study's target for this env and model, where analyze.py has written
-    one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
-    target = json.load(open(path)).get(env_id, {}).get(model) if os.path.exists(path) else None
-    if target is None or final is None:
-        return ""
-    reached = "reached" if final >= target["target"] else "not reached"
-    return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
-            f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
-
-
 def main():
     args = tyro.cli(Args)
-    check_args(args)
+    check_args(args)  # harness: bad input exits 2 before anything is written
     envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
     args = with_defaults(args, continuous(envs))
     if args.model == "cnn" and len(shape := observation_shape(envs)) != 3:
         fail(f"--model cnn needs image observations (height, width, channels); {args.env_id}'s have shape {shape}")
-    # a model this run cannot start from is refused before anything is written
-    saved = read_model(args.load_model, args, normalizes(args, envs)) if args.load_model else None
-    variant = variant_name(args)
-    precision = set_matmul_precision(args.matmul_precision)
-    device = torch_device()
-    env = {"id": TWINS[args.env_id][0], "vectorization": args.vectorization,
-           "autoreset": envs.metadata["autoreset_mode"].value}  # as the env reports it
-    run_dir = make_run_dir(args, variant, torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                           precision, env=env)
-    writer = make_writer(args, variant, run_dir)
-    log = RunLog(writer, args, variant, run_dir)
-    try:
-        agent, optimizer, norm = train(args, envs, log, saved)
-        # the timed part ends here: saving and evaluating come after it
-        summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": log.final_return()}
-        summary["saved_model"] = save_model(run_dir, agent, optimizer, norm, args) if args.save_model else None
-        returns = []
-        if args.eval_episodes:  # fresh envs, seeded after the training envs' seeds
-            returns = evaluate(agent, norm, args, args.eval_episodes, args.seed + args.num_envs)
-        summary |= log.evaluation(returns)
-    finally:  # an interrupted run keeps what it logged, and has no summary.json
-        writer.close()
-        end_tracking(args, run_dir, summary if sys.exc_info()[0] is None else None)
+    saved = read_model(args.load_model, args, normalizes(args, envs)) if args.load_model else None  # harness
+    env = {"id": TWINS[args.env_id][0], "vectorization": args.vectorization,  # harness: run.json's env, as it reports itself
+           "autoreset": envs.metadata["autoreset_mode"].value}
+    writer = start_run(args, variant_name(args), torch_device(), env=env)  # plain: writer = Writer(f"runs/{args.env_id}__{variant_name(args)}__{args.seed}__{int(time.time())}")
+    with writer:  # harness: summary.json, the saved model and the evaluation; an interrupted run keeps its logs
+        agent, optimizer, norm = train(args, envs, writer, saved)  # plain: train(args, envs, writer)
+        writer.finish(save=lambda run_dir: save_model(run_dir, agent, optimizer, norm, args),  # harness
+                      evaluate=lambda: evaluate(agent, norm, args, args.eval_episodes, args.seed + args.num_envs),
+                      target=True)  # evaluation's fresh envs, seeded after the training envs' seeds
         envs.close()
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
-        json.dump(summary, f, indent=2)
-    evaluation = f", greedy policy {summary['eval/episodic_return']:.1f}" if args.eval_episodes else ""
-    print(f"{run_dir}: final return {summary['charts/episodic_return_final']}{evaluation}"
-          + against_target(args.env_id, args.model, summary["charts/episodic_return_final"]))
+    # plain: writer.close()
 
 
 # %% harness
-# The benchmark's own part, one text in every PyTorch script (tests/test_shape.py holds it): the run's
-# record (run.json: arguments, machine, versions, threads), the TensorBoard writer and --track, --profile's
-# named ranges.
+# The benchmark's own part, one text in every PyTorch script (tests/test_shape.py holds it): the checks of the
+# arguments, the run's record (run.json: arguments, machine, versions, threads), the TensorBoard writer
+# and --track, --profile's named ranges, summary.json, the saved model and the evaluation.
+import cProfile
+import importlib.util
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from contextlib import nullcontext
+from dataclasses import asdict
+from importlib import metadata
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+RANGES = {  # every numeric argument's valid values (of any script's Args), checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_agents", "buffer_size",
+                            "batch_size", "train_frequency", "target_network_frequency", "policy_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate", "policy_lr", "q_lr", "clip_coef", "max_grad_norm", "adam_eps"),
+            lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef", "alpha", "policy_noise", "exploration_noise", "noise_clip"),
+             lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
+    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+    "two values in [0, 1)": (("adam_betas",), lambda x: all(0 <= beta < 1 for beta in x)),
+}
+
+
+def check_args(args):
+    """Each numeric argument in its range (None: the action space's default, set later), --track's package,
+    then what the algorithm's invalid(args) finds."""
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if getattr(args, name, None) is not None and not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
+    if why := invalid(args):  # the algorithm's own rules (the reading part's invalid())
+        fail(why)
+
+
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "mujoco",
             "envpool", "torch")
 
@@ -899,54 +872,77 @@ def region(name: str, on: bool):
     return torch.profiler.record_function(name) if on else nullcontext()
 
 
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32.
+    JAX's too where the script steps its environments in JAX."""
+    set_by, jax = {}, globals().get("jax")  # (the Gymnasium scripts import no JAX)
+    if jax is not None:
+        jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+        set_by["jax"] = jax.config.jax_default_matmul_precision
+    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
+    return set_by | {"torch": torch.get_float32_matmul_precision()}
+
+
 def peak_device_mb():
     """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's where JAX steps the environments."""
     if torch_device().type != "cuda":
         return None
-    jax_stats = (sys.modules["jax"].devices()[0].memory_stats() or {}) if "jax" in sys.modules else {}
+    jax_stats = (globals()["jax"].devices()[0].memory_stats() or {}) if "jax" in globals() else {}
     return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
 
 
-class RunLog:
-    """Writes each iteration's scalars to TensorBoard and keeps what summary.json needs. The algorithm's part
-    of the script says what an iteration logs: env_steps(args), its env steps (of each agent); logged(args,
-    stats, seconds), its own tags; traced(args), the iterations --profile traces. A statistic with an agent
-    axis (the agent scripts) is logged as its mean over agents, then each agent's under <tag>/agent<i>."""
+def against_target(env_id: str, model: str, final: float | None) -> str:
+    """Whether a final return reached the study's target for this env and model, where analyze.py has written
+    one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
+    target = json.load(open(path)).get(env_id, {}).get(model) if os.path.exists(path) else None
+    if target is None or final is None:
+        return ""
+    reached = "reached" if final >= target["target"] else "not reached"
+    return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
+            f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
 
-    def __init__(self, writer: Writer, args: Args, variant: str, run_dir: str):
+
+def start_run(args, variant: str, device: torch.device, **record) -> "RunLog":
+    """The run's directory and record, and its writer: TensorBoard's, which the run's log wraps."""
+    precision = set_matmul_precision(args.matmul_precision)
+    if device.type == "cpu" and torch.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
+        print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on the "
+              "CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    run_dir = make_run_dir(args, variant, device_name, precision, **record)
+    return RunLog(make_writer(args, variant, run_dir), args, variant, run_dir)
+
+
+class RunLog:
+    """The writer the algorithm logs to: TensorBoard's, and what the benchmark keeps besides. Each iteration
+    (iteration(), after the algorithm's own scalars) adds its times (time/...) and memory (memory/...), keeps its
+    episodes for the final return, flushes, and starts or ends --profile's trace at the iterations traced(args)
+    names. As a context: finish() writes summary.json's figures, the saved model and the
+    evaluation; leaving closes the writer and ends --track, and writes summary.json last (not when interrupted)."""
+
+    def __init__(self, writer: Writer, args, variant: str, run_dir: str):
         self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
         self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
         self.traced = traced(args)  # --profile's iterations (from 0)
         self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
+        self.step, self.summary = 0, None
 
-    def write(self, tag: str, value, step: int):
-        value = np.asarray(value)
-        self.writer.add_scalar(tag, value.mean(), step)
-        for agent, agent_value in enumerate(value if value.ndim else ()):
-            self.writer.add_scalar(f"{tag}/agent{agent}", agent_value, step)
+    def add_scalar(self, tag: str, value, step: int):
+        self.writer.add_scalar(tag, value, step)
+        self.step = step  # the iteration's step, for what iteration() adds
 
-    def iteration(self, iteration: int, times: dict, stats: dict) -> str:
-        step = (iteration + 1) * env_steps(self.args)  # CleanRL's global_step
+    def iteration(self, iteration: int, times: dict, stats: dict):
         for name, seconds in times.items():
-            self.writer.add_scalar(f"time/{name}", seconds, step)
-        count = np.asarray(stats["episodes"])
-        self.episodes.append((count, np.asarray(stats["episodic_return_sum"], dtype=float)))
-        for name in ("episodic_return", "episodic_length"):  # every agent's episodes together, then each agent's
-            total = np.asarray(stats[f"{name}_sum"])
-            if count.sum():
-                self.writer.add_scalar(f"charts/{name}", total.sum() / int(count.sum()), step)
-            for agent in np.flatnonzero(count) if count.ndim else ():
-                self.writer.add_scalar(f"charts/{name}/agent{agent}", total[agent] / count[agent], step)
-        scalars = logged(self.args, stats, times["iteration"])
-        for tag, value in scalars.items():
-            self.write(tag, value, step)
-        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, step)
+            self.writer.add_scalar(f"time/{name}", seconds, self.step)
+        self.episodes.append((np.asarray(stats["episodes"]), np.asarray(stats["episodic_return_sum"], dtype=float)))
+        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, self.step)
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
-            self.writer.add_scalar("memory/peak_device_mb", device_mb, step)
+            self.writer.add_scalar("memory/peak_device_mb", device_mb, self.step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
         if self.args.profile and iteration + 1 in (self.traced.start, self.traced.stop):
             self.trace(start=iteration + 1 == self.traced.start)
-        return f"{self.variant} {step:,} steps SPS {scalars['charts/SPS']:,.0f} return {self.final_return() or 0:.1f}"
 
     def trace(self, start: bool):
         """--profile: starts or ends the trace of the iterations traced(args) names (docs/profiling.md)."""
@@ -959,6 +955,29 @@ class RunLog:
             self.tracer.stop()
             self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
             self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
+
+    def finish(self, save, evaluate, target: bool = False):
+        """After the timed part: summary.json's figures, the model save(run_dir) saved with --save-model, and
+        --eval-episodes' returns, evaluate(). target: the end line compares the final return with the study's."""
+        self.summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return()}
+        self.summary["saved_model"] = save(self.run_dir) if self.args.save_model else None
+        self.summary |= self.evaluation(evaluate() if self.args.eval_episodes else [])
+        self.target = target
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error, *_):
+        self.writer.close()
+        end_tracking(self.args, self.run_dir, None if error else self.summary)
+        if error:  # an interrupted run keeps what it logged, and has no summary.json
+            return
+        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+            json.dump(self.summary, f, indent=2)
+        final = self.summary["charts/episodic_return_final"]
+        evaluation = f", evaluation {self.summary['eval/episodic_return']:.1f}" if self.args.eval_episodes else ""
+        target = against_target(self.args.env_id, self.args.model, final) if self.target else ""
+        print(f"{self.run_dir}: final return {final}{evaluation}{target}")
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode), or with an agent axis each

@@ -685,10 +685,9 @@ def region(name: str, on: bool):
 
 def set_matmul_precision(precision: str) -> dict:
     """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32.
-    JAX's too where it steps the environments."""
-    set_by = {}
-    if "jax" in sys.modules:
-        jax = sys.modules["jax"]
+    JAX's too where the script steps its environments in JAX."""
+    set_by, jax = {}, globals().get("jax")  # (the Gymnasium scripts import no JAX)
+    if jax is not None:
         jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
         set_by["jax"] = jax.config.jax_default_matmul_precision
     torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
@@ -700,7 +699,7 @@ def peak_device_mb():
     """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's where JAX steps the environments."""
     if torch_device().type != "cuda":
         return None
-    jax_stats = (sys.modules["jax"].devices()[0].memory_stats() or {}) if "jax" in sys.modules else {}
+    jax_stats = (globals()["jax"].devices()[0].memory_stats() or {}) if "jax" in globals() else {}
     return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
 
 
