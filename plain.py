@@ -44,10 +44,9 @@ def statements(body: list) -> list:
 
 def strip_marked(source: str) -> str:
     """The statements marked `# harness` taken out, those marked `# plain: CODE` replaced."""
-    lines = source.splitlines()
-    notes = comments(source)
+    lines, notes, tree = source.splitlines(), comments(source), ast.parse(source)
     drop, dedent, replace = set(), [0] * (len(lines) + 2), {}
-    for node in statements(ast.parse(source).body):
+    for node in statements(tree.body):
         note = notes.get(node.lineno, ("", False))[0]
         start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         if HARNESS.match(note) and isinstance(node, ast.With):  # the body stays, one level out
@@ -59,12 +58,10 @@ def strip_marked(source: str) -> str:
         elif match := PLAIN.match(note):
             drop.update(range(start + 1, node.end_lineno + 1))
             replace[start] = " " * node.col_offset + match.group(1)
-    for parent in ast.walk(ast.parse(source)):  # a dropped field's docstring goes with it
-        body = getattr(parent, "body", None)
-        if isinstance(parent, ast.ClassDef):
-            for field, doc in zip(body, body[1:]):
-                if field.lineno in drop and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
-                    drop.update(range(doc.lineno, doc.end_lineno + 1))
+    for parent in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        for field, doc in zip(parent.body, parent.body[1:]):  # a dropped field's docstring goes with it
+            if field.lineno in drop and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+                drop.update(range(doc.lineno, doc.end_lineno + 1))
     out = []
     for number, line in enumerate(lines, 1):
         note, whole = notes.get(number, ("", False))
@@ -73,7 +70,8 @@ def strip_marked(source: str) -> str:
         if whole and (match := PLAIN.match(note)):
             line = line[:len(line) - len(line.lstrip())] + match.group(1)
         line = replace.get(number, line)
-        out.append(line[dedent[number]:] if line[:dedent[number]].isspace() else line.lstrip() if dedent[number] else line)
+        cut = dedent[number]  # (a line indented less, inside a string, stays as it is)
+        out.append(line[cut:] if not line[:cut].strip() and len(line) - len(line.lstrip()) >= min(cut, len(line)) else line)
     return "\n".join(out) + "\n"
 
 
@@ -117,9 +115,11 @@ def plain(source: str) -> str:
     reading = strip_marked(reading.replace('if __name__ == "__main__":\n    main()\n', ""))
     body, helpers = ast.parse(reading).body, ast.parse(harness).body
     helpers = [node for node in helpers if not isinstance(node, ast.If)]  # not its call of main()
+    uses = {id(node): used([node]) for node in body + helpers}  # each statement's global names, worked out once
+    uses_of = lambda nodes: set().union(*(uses[id(node)] for node in nodes))
     # the harness's definitions the reading part still calls, and theirs in turn
     added = []
-    while missing := used(body + added) - set().union(*map(bound, body + added)) - set(dir(builtins)):
+    while missing := uses_of(body + added) - set().union(*map(bound, body + added)) - set(dir(builtins)):
         found = [node for node in helpers if bound(node) & missing]
         if not found:
             raise ValueError(f"undefined in the plain script: {', '.join(sorted(missing))}")
@@ -127,7 +127,7 @@ def plain(source: str) -> str:
     # then what nothing uses any more (an import, a definition the harness alone called), until none is left
     kept = body + added
     while unused := [node for node in kept if bound(node) and "main" not in bound(node)
-                     and not bound(node) & used([other for other in kept if other is not node])]:
+                     and not bound(node) & uses_of(other for other in kept if other is not node)]:
         kept = [node for node in kept if node not in unused]
     reading_lines, harness_lines = reading.splitlines(), harness.splitlines()
     dropped = {line for node in body if bound(node) and node not in kept for line in lines_of(node, reading_lines)}
