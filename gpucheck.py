@@ -131,7 +131,7 @@ def probe_script(what: str, log_dir: str) -> dict:
     sys.argv = [name, *flags, "--env-id", "CartPole-v1", "--num-iterations", str(WARMUP + PROFILED), "--log-dir",
                 log_dir, "--eval-episodes", "2", "--save-model"]
     module.main()
-    variant = module.variant_name(tyro.cli(module.Args, args=flags))
+    variant = module.variant_name(tyro.cli(module.RunArgs, args=flags))
     run_dir = max(Path(log_dir).glob(f"CartPole-v1__{variant}__*"), key=os.path.getmtime)
     facts |= {"run_dir": str(run_dir), "device": json.loads((run_dir / "run.json").read_text())["device"],
               "complete": (run_dir / "summary.json").exists(), "peak_device_mb": module.peak_device_mb()}

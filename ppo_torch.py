@@ -88,22 +88,6 @@ class Args:
     """one seed drives init, environments, actions and shuffling"""
     sync_timing: bool = False  # harness
     """block around rollout and update to time them (time/rollout, time/update)"""
-    matmul_precision: Literal["float32", "tf32"] = "float32"  # harness
-    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
-    log_dir: str = "runs"  # harness
-    """parent directory of the run directories"""
-    save_model: bool = False  # harness
-    """at the end, save the trained actor-critic and its optimizer state into the run directory"""
-    load_model: str | None = None  # harness
-    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
-    eval_episodes: int = 0  # harness
-    """after training, run this many episodes with the greedy policy on fresh environments (eval/...)"""
-    profile: bool = False  # harness
-    """trace iterations 3 and 4 into the run directory: torch's ops (trace.json.gz, Perfetto opens it) and
-    Python's side (python.prof, snakeviz opens it); docs/profiling.md"""
-    track: Literal["mlflow", "wandb"] | None = None  # harness
-    """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
-    (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
     jit_env: bool = True
     """wrap the environment's step in jax.jit (--no-jit-env: only Gymnax's own jit, benchback-rl's "none")"""
     torch_env: bool = False
@@ -431,19 +415,8 @@ def save_model(run_dir: str, agent: ActorCritic, optimizer, norm: Normalizer | N
 def read_model(path: str, args: Args, normalize: bool = False) -> dict:
     """The state dicts a model was saved with (and its normalizer's statistics), or exit 2 saying why this
     run cannot start from it. normalize: whether this run normalizes."""
-    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only
-        meta = saved["meta"]
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-        fail(f"--load-model {path}: {e.strerror}")
-    except Exception:  # truncated, or not a saved model: the reader raises many kinds
-        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
-    for key, this_run in (("script", SAVED_BY), ("model", args.model), ("env_id", args.env_id),
-                          ("normalize", normalize)):
-        if meta.get(key, False) != this_run:
-            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {this_run!r}")
-    return saved
+    return read_saved(path, lambda f: torch.load(f, map_location="cpu", weights_only=True),
+                      model=args.model, env_id=args.env_id, normalize=normalize)
 
 
 def restore(agent: ActorCritic, optimizer, saved: dict):
@@ -737,7 +710,7 @@ def with_defaults(args: Args, continuous_actions: bool) -> Args:
 
 
 def main():
-    args = tyro.cli(Args)
+    args = tyro.cli(RunArgs)  # plain: args = tyro.cli(Args)
     check_args(args)  # harness: bad input exits 2 before anything is written
     env, env_params = make_torch_env(args.env_id, torch_device()) if args.torch_env else make_env(args.env_id)
     args = with_defaults(args, continuous(env, env_params))
@@ -755,9 +728,10 @@ def main():
 
 
 # %% harness
-# The benchmark's own part, one text in every PyTorch script (tests/test_shape.py holds it): the checks of the
-# arguments, the run's record (run.json: arguments, machine, versions, threads), the TensorBoard writer
-# and --track, --profile's named ranges, summary.json, the saved model and the evaluation.
+# The benchmark's own part, one text in every script (tests/test_shape.py holds it): the run's arguments, their
+# checks, the run's record (run.json: arguments, machine, versions, threads), the TensorBoard writer and
+# --track, --profile's named ranges, summary.json, the saved model and the evaluation. `python plain.py SCRIPT`
+# prints the script without it (README, "Copying a script into your project").
 import cProfile
 import importlib.util
 import json
@@ -769,6 +743,30 @@ import sys
 from contextlib import nullcontext
 from dataclasses import asdict
 from importlib import metadata
+
+TORCH, JAX = globals().get("torch"), globals().get("jax")  # the frameworks this script imports (one, or both)
+
+
+@dataclass
+class RunArgs(Args):
+    """The algorithm's arguments (Args, above) and the benchmark's own: tyro.cli(RunArgs) reads both."""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the networks and the optimizers' state (the script's save_model()) into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes on fresh envs, acting as the script's evaluate() does (eval/...)"""
+    profile: bool = False
+    """trace the iterations the script's traced() names into the run directory: the framework's ops (torch's in
+    trace.json.gz, JAX's compiled programs in plugins/profile/: Perfetto opens both) and Python's side (python.prof,
+    snakeviz opens it); docs/profiling.md"""
+    track: Literal["mlflow", "wandb"] | None = None
+    """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
+    (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
 
 
 def fail(message: str):
@@ -822,9 +820,10 @@ def machine() -> dict:
     except OSError:
         cpu = {}
     threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-    threads |= {"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads(),
-                "torch_backend": torch.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
-                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if TORCH is not None:
+        threads |= {"torch_intra_op": TORCH.get_num_threads(), "torch_inter_op": TORCH.get_num_interop_threads(),
+                    "torch_backend": TORCH.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
+                    "torch_cpu_capability": TORCH.backends.cpu.get_cpu_capability()}
     installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
     return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
             "cpu": cpu.get("model name", platform.processor()),
@@ -910,27 +909,51 @@ def end_tracking(args: Args, run_dir: str, summary: dict | None):
 
 def region(name: str, on: bool):
     """A named range in --profile's trace; when not profiling, nothing (record_function costs µs even then)."""
-    return torch.profiler.record_function(name) if on else nullcontext()
+    if not on:
+        return nullcontext()
+    return TORCH.profiler.record_function(name) if TORCH else JAX.profiler.TraceAnnotation(name)
 
 
 def set_matmul_precision(precision: str) -> dict:
-    """The same float32 matmuls in every framework: on a GPU, JAX's default would be TF32, torch's full float32.
-    JAX's too where the script steps its environments in JAX."""
-    set_by, jax = {}, globals().get("jax")  # (the Gymnasium scripts import no JAX)
-    if jax is not None:
-        jax.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
-        set_by["jax"] = jax.config.jax_default_matmul_precision
-    torch.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
-    return set_by | {"torch": torch.get_float32_matmul_precision()}
+    """The same float32 matmuls in every framework the script imports: on a GPU, JAX's default would be TF32,
+    torch's full float32."""
+    set_by = {}
+    if JAX is not None:
+        JAX.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+        set_by["jax"] = JAX.config.jax_default_matmul_precision
+    if TORCH is not None:
+        TORCH.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+        TORCH.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
+        set_by["torch"] = TORCH.get_float32_matmul_precision()
+    return set_by
 
 
 def peak_device_mb():
-    """On a GPU, both allocators' peaks: torch's (model, batch) plus JAX's where JAX steps the environments."""
-    if torch_device().type != "cuda":
+    """On a GPU, the peaks of the allocators the script uses, summed: torch's and JAX's; on a CPU, None."""
+    jax_stats = (JAX.devices()[0].memory_stats() or {}) if JAX is not None else {}  # {} on a CPU
+    torch_cuda = TORCH is not None and TORCH.cuda.is_initialized()
+    if not torch_cuda and "peak_bytes_in_use" not in jax_stats:
         return None
-    jax_stats = (globals()["jax"].devices()[0].memory_stats() or {}) if "jax" in globals() else {}
-    return (torch.cuda.max_memory_allocated() + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
+    return ((TORCH.cuda.max_memory_allocated() if torch_cuda else 0) + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
+
+
+def read_saved(path: str, read, **this_run):
+    """--load-model's model: its file (or the run directory holding MODEL_FILE) as read(file) reads it, a dict with
+    the "meta" it was saved with; or exit 2 saying why this run cannot start from it: unreadable, not a whole
+    model, saved by another script (SAVED_BY) or with other this_run values (its model, env id, ...)."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            saved = read(f)
+        meta = saved["meta"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the readers raise many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, value in {"script": SAVED_BY, **this_run}.items():
+        if meta.get(key, False) != value:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {value!r}")
+    return saved
 
 
 def against_target(env_id: str, model: str, final: float | None) -> str:
@@ -945,14 +968,16 @@ def against_target(env_id: str, model: str, final: float | None) -> str:
             f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
 
 
-def start_run(args, variant: str, device: torch.device, **record) -> "RunLog":
-    """The run's directory and record, and its writer: TensorBoard's, which the run's log wraps."""
+def start_run(args, variant: str, device, **record) -> "RunLog":
+    """The run's directory and record, and its writer: TensorBoard's, which the run's log wraps.
+    device: JAX's device kind, or the torch.device a torch script trains on."""
     precision = set_matmul_precision(args.matmul_precision)
-    if device.type == "cpu" and torch.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
-        print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on the "
-              "CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
-    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    run_dir = make_run_dir(args, variant, device_name, precision, **record)
+    if TORCH is not None and isinstance(device, TORCH.device):
+        if device.type == "cpu" and TORCH.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
+            print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on "
+                  "the CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
+        device = TORCH.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    run_dir = make_run_dir(args, variant, device, precision, **record)
     return RunLog(make_writer(args, variant, run_dir), args, variant, run_dir)
 
 
@@ -988,13 +1013,19 @@ class RunLog:
     def trace(self, start: bool):
         """--profile: starts or ends the trace of the iterations traced(args) names (docs/profiling.md)."""
         if start:
-            self.tracer = torch.profiler.profile()  # the CPU's ops, and the GPU's kernels where there is one
-            self.tracer.start()
+            if TORCH is not None:  # the CPU's ops, and the GPU's kernels where there is one
+                self.tracer = TORCH.profiler.profile()
+                self.tracer.start()
+            else:
+                JAX.profiler.start_trace(self.run_dir, create_perfetto_trace=True)
             self.python.enable()
         else:
             self.python.disable()
-            self.tracer.stop()
-            self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
+            if TORCH is not None:
+                self.tracer.stop()
+                self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
+            else:
+                JAX.profiler.stop_trace()
             self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
 
     def finish(self, save, evaluate, target: bool = False):

@@ -167,7 +167,7 @@ def check_space(module, fixed: list[str], space: dict, env_ids) -> int:
 def parse_script_args(module, argv: list[str]):
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            return tyro.cli(module.Args, args=argv)
+            return tyro.cli(module.RunArgs, args=argv)
     except SystemExit:
         fail(f"the script does not take the arguments {' '.join(argv)!r} (its --help lists what it takes)")
 
@@ -398,7 +398,7 @@ def main():
     if args.trials < 1 or args.population < 0:
         fail(f"--trials must be at least 1 and --population at least 0, got {args.trials} and {args.population}")
     module = load_script(args.script)
-    fields = {f.name: f for f in dataclasses.fields(module.Args)}
+    fields = {f.name: f for f in dataclasses.fields(module.RunArgs)}
     if args.population and "num_agents" not in fields:
         fail(f"--population trains trials as the agents of one process: {args.script} is not an agent script "
              "(ppo_linen_agents.py, ppo_nnx_agents.py, ppo_torch_agents.py)")

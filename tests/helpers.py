@@ -244,7 +244,7 @@ def script_args(m, continuous=False, **changes):
     """The script's own Args with these changes, each value left unset its action space's default."""
     import dataclasses
 
-    return m.with_defaults(dataclasses.replace(m.Args(), **changes), continuous)
+    return m.with_defaults(dataclasses.replace(m.RunArgs(), **changes), continuous)
 
 
 def train_in_process(script: str, log_dir, watch=None, load_model=None, **changes):
@@ -255,7 +255,7 @@ def train_in_process(script: str, log_dir, watch=None, load_model=None, **change
     import inspect
 
     m = load(script, fresh=True)
-    args = m.Args(**{**TINY_ARGS, **changes}, log_dir=str(log_dir))
+    args = m.RunArgs(**{**TINY_ARGS, **changes}, log_dir=str(log_dir))
     env = ((m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS else
            m.make_torch_env(args.env_id, m.torch_device()) if getattr(args, "torch_env", False) else m.make_env(args.env_id))
     args = m.with_defaults(args, m.continuous(*env))

@@ -192,10 +192,10 @@ def test_agents_a_framework_cannot_seed_and_values_per_agent_it_cannot_use_are_r
                                                                           "1 given for 2 agents"]),
                            ({"num_agents": 2, "clip_coefs": (0.2, -0.1)}, ["clip_coef", "> 0", "-0.1"])):
         with pytest.raises(SystemExit) as exit_info:
-            m.check_args(dataclasses.replace(m.Args(), **changes))
+            m.check_args(dataclasses.replace(m.RunArgs(), **changes))
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
-    m.check_args(dataclasses.replace(m.Args(), seed=2**31 - 3, num_agents=3))  # the last seed that fits
+    m.check_args(dataclasses.replace(m.RunArgs(), seed=2**31 - 3, num_agents=3))  # the last seed that fits
 
 
 @pytest.mark.parametrize("script", AGENT_SCRIPTS)
@@ -213,7 +213,7 @@ def test_every_agent_evaluates_a_gaussian_beyond_the_bounds_as_the_single_agent_
                                  (SINGLE[script], {}, [SEED + a for a in range(RUN_AGENTS)])):
         m, folder = load(name), tmp_path / name
         folder.mkdir()
-        args = m.with_defaults(m.Args(env_id="Pendulum-v1", normalize=False, **changes), True)
+        args = m.with_defaults(m.RunArgs(env_id="Pendulum-v1", normalize=False, **changes), True)
         saved = folder / adapter_for(name)(name, weights, args).save(folder)
         for seed in seeds:
             more = ("--num-agents", str(RUN_AGENTS)) if name == script else ()

@@ -40,7 +40,7 @@ def test_all_scripts_found():
 def test_shared_args_identical():
     reference = None
     for script in SCRIPTS:
-        fields = {f.name: f for f in dataclasses.fields(load(script).Args)}
+        fields = {f.name: f for f in dataclasses.fields(load(script).RunArgs)}
         assert set(fields) - set(SHARED_ARGS) <= COMPILE_TOGGLES, f"{script} adds {set(fields) - set(SHARED_ARGS)}"
         shared = {name: (fields[name].default, str(fields[name].type)) for name in SHARED_ARGS}
         assert {n: d for n, (d, _) in shared.items()} == SHARED_ARGS, script
@@ -55,8 +55,8 @@ def test_action_space_defaults_identical(continuous):
     for script in SCRIPTS:
         m = load(script)
         assert m.DEFAULTS == ACTION_SPACE_DEFAULTS, script
-        assert dataclasses.asdict(m.with_defaults(m.Args(), continuous)).items() >= ACTION_SPACE_DEFAULTS[continuous].items()
-        assert m.with_defaults(dataclasses.replace(m.Args(), ent_coef=0.5), continuous).ent_coef == 0.5
+        assert dataclasses.asdict(m.with_defaults(m.RunArgs(), continuous)).items() >= ACTION_SPACE_DEFAULTS[continuous].items()
+        assert m.with_defaults(dataclasses.replace(m.RunArgs(), ent_coef=0.5), continuous).ent_coef == 0.5
 
 
 def test_help_says_each_default_once(capsys):
@@ -68,7 +68,7 @@ def test_help_says_each_default_once(capsys):
     for script in SCRIPTS:
         m = load(script)
         with pytest.raises(SystemExit):
-            tyro.cli(m.Args, args=["--help"])
+            tyro.cli(m.RunArgs, args=["--help"])
         text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", capsys.readouterr().out).split())
         for name, value in ACTION_SPACE_DEFAULTS[False].items():
             flag = "--" + name.replace("_", "-")
@@ -294,7 +294,7 @@ BAD_INPUTS = {
 def bad_input(script: str, case: str) -> tuple[list[str], list[str]]:
     """The arguments of a bad-input case and the words its error must say, for this script."""
     args, words = BAD_INPUTS[case]
-    if args[0] == "--torch-env" and not hasattr(load(script).Args, "torch_env"):
+    if args[0] == "--torch-env" and not hasattr(load(script).RunArgs, "torch_env"):
         pytest.skip("a script without the envs in torch")
     if case == "CNN on flat observations" and script in AGENT_SCRIPTS:  # refused whatever the env
         words = ["--model cnn", "agent scripts", script.replace("_agents", "")]
@@ -367,7 +367,7 @@ def test_numeric_arguments_range_checked(script, capsys):
     """Each bad value: one line naming the argument, exit 2 (before anything is written: main()
     checks them first); values at the edges of each range pass."""
     m = load(script)
-    base = m.Args()
+    base = m.RunArgs()
     if hasattr(base, "num_agents"):  # seed's top edge is the last agent's seed (test_agents checks the sum)
         base = dataclasses.replace(base, num_agents=1)
     for name, (bad, fine) in RANGES.items():
@@ -397,7 +397,7 @@ def test_unwritable_log_dir(script, tmp_path, capsys):
         else:
             os.rmdir(place)
             pytest.skip("found no place this user may not write")
-    args = dataclasses.replace(m.Args(), log_dir=str(place))
+    args = dataclasses.replace(m.RunArgs(), log_dir=str(place))
     env_info = {"env": {}} if script in GYMNASIUM_SCRIPTS else {}  # their run.json also says which env ran
     with pytest.raises(SystemExit) as exit_info:
         m.make_run_dir(args, "test", "cpu", {}, **env_info)

@@ -102,11 +102,11 @@ def test_every_test_file_is_in_the_proof_table():
 def variants(script) -> set[str]:
     """Every variant name the script's toggles (the fields beyond the shared ones) can give."""
     m = load(script)
-    shared = {f.name for f in dataclasses.fields(load("ppo_linen.py").Args)} - {"jit"}
-    toggles = [f for f in dataclasses.fields(m.Args) if f.name not in shared  # choices, not counts (num_agents)
+    shared = {f.name for f in dataclasses.fields(load("ppo_linen.py").RunArgs)} - {"jit"}
+    toggles = [f for f in dataclasses.fields(m.RunArgs) if f.name not in shared  # choices, not counts (num_agents)
                and (f.type is bool or typing.get_origin(f.type) is typing.Literal)]
     choices = [[True, False] if f.type is bool else list(typing.get_args(f.type)) for f in toggles]
-    return {m.variant_name(dataclasses.replace(m.Args(), **dict(zip([f.name for f in toggles], values))))
+    return {m.variant_name(dataclasses.replace(m.RunArgs(), **dict(zip([f.name for f in toggles], values))))
             for values in itertools.product(*choices)}
 
 

@@ -322,7 +322,7 @@ def test_td_update_matches_the_reference(script):
     online and target networks that differ (a target from the online network would show)."""
     dqn, adapter = load(script), ADAPTERS[script]
     rng = np.random.default_rng(0)
-    args = dqn.Args()
+    args = dqn.RunArgs()
     layers, target = random_layers(rng, (4, 120, 84, 2)), random_layers(rng, (4, 120, 84, 2))
     state = adapter.make(dqn, args, layers, target)
     batches = [random_batch(rng, 64, 4, 2) for _ in range(3)]
@@ -349,7 +349,7 @@ def test_epsilon_updates_and_target_copies_at_cleanrl_steps(script, num_envs, ta
     fall on a step that also trains: there a target from the weights before the step would show."""
     dqn, adapter = load(script), ADAPTERS[script]
     frequencies = dict(train_frequency=4 if num_envs == 1 else 5, target_network_frequency=7)
-    args = dqn.Args(total_timesteps=60 * num_envs, learning_starts=10, buffer_size=64, batch_size=8,
+    args = dqn.RunArgs(total_timesteps=60 * num_envs, learning_starts=10, buffer_size=64, batch_size=8,
                     num_envs=num_envs, log_frequency=num_envs, tau=tau, **frequencies)
     stepper, before, target = adapter.stepper(dqn, args, 1), 0, None
     flat = lambda layers: np.concatenate([np.ravel(x) for layer in layers for x in layer])
@@ -388,7 +388,7 @@ def test_evaluation_acts_greedily_on_q_but_at_its_epsilon(script, monkeypatch):
     uniform exploration makes another action of end-e * (1 - 1/actions) of them, over some thousands of steps."""
     dqn, adapter = load(script), ADAPTERS[script]
     rng = np.random.default_rng(0)
-    args = dqn.Args()
+    args = dqn.RunArgs()
     layers = random_layers(rng, (4, 120, 84, 2))
     q = lambda layers, obs: reference.q_forward(reference.as64_layers(layers), np.asarray(obs, np.float64))[0]
     starts = q(layers, rng.uniform(-0.05, 0.05, (1000, 4)))  # CartPole's start states
@@ -440,7 +440,7 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
     next step is its reset): the buffer holds one row per real transition, none from a final observation to
     a reset one, and each terminated row's next observation is CartPole's final one, out of its bounds."""
     dqn, adapter = load(script), ADAPTERS[script]
-    args = dqn.Args(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
+    args = dqn.RunArgs(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
                     log_frequency=600, vectorization=vectorization, buffer="host", exploration_fraction=100.0)
     buffer = adapter.buffer(dqn, args.buffer_size, 4, host=True)  # epsilon near 1 throughout: short episodes
     _, stats, _ = next(adapter.stepper(dqn, args, 1, vectorization, buffer))

@@ -188,7 +188,7 @@ def watched_run(script: str, log_dir, compiled: bool = False) -> Run:
                 jax.config.update(name, value)
     assert seen["act"], "the watched functions were not called"
     (run_dir,) = log_dir.iterdir()
-    args = m.Args(**{**RUNS[algo], "buffer_size": BUFFER, "batch_size": BATCH})
+    args = m.RunArgs(**{**RUNS[algo], "buffer_size": BUFFER, "batch_size": BATCH})
     return Run(script, args, {k: [tuple(map(np.asarray, v)) for v in vs] for k, vs in seen.items()}, scalars(run_dir))
 
 
@@ -396,6 +396,6 @@ def test_the_first_logged_alpha_starts_from_cleanrls_one(script, compiled, runs)
 def test_defaults_are_cleanrls(script):
     """The coefficients a run starts from when not given: learning rates, epsilon's schedule, the noise scales and
     clip, alpha and its tuning, tau, the frequencies, as CleanRL's scripts have them."""
-    args = load(script).Args()
+    args = load(script).RunArgs()
     expected = CLEANRL[algorithm(script)]
     assert {name: getattr(args, name) for name in expected} == expected

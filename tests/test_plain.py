@@ -49,7 +49,7 @@ def test_the_plain_script_stands_alone(script):
     assert "# %% harness" not in text and "# harness" not in text and "# plain:" not in text
     body = ast.parse(text).body
     defined = set().union(*map(plain.bound, body)) | set(dir(builtins))
-    harness = {"RunLog", "START_TIME", "start_run", "check_args", "make_run_dir", "save_model", "read_model",
+    harness = {"RunArgs", "RunLog", "START_TIME", "start_run", "check_args", "make_run_dir", "save_model", "read_model",
                "region", "traced", "invalid"}
     assert not (plain.used(body) | defined) & harness, f"{script}'s plain version still has some of the harness"
     assert plain.used(body) <= defined, plain.used(body) - defined
@@ -59,7 +59,7 @@ def test_the_plain_script_stands_alone(script):
 @pytest.mark.parametrize("script", ["ppo_linen.py", "ppo_torch.py", "dqn_linen.py", "td3_torch.py"])
 def test_the_plain_arguments_are_the_algorithms(script, tmp_path):
     """The plain script's flags: the full script's but the benchmark's own."""
-    full = {f.name for f in dataclasses.fields(__import__("helpers").load(script).Args)}
+    full = {f.name for f in dataclasses.fields(__import__("helpers").load(script).RunArgs)}
     assert {f.name for f in dataclasses.fields(load_plain(script, tmp_path).Args)} == full - HARNESS_FLAGS
     assert HARNESS_FLAGS - {"sync_timing"} <= full  # (--sync-timing: the PPO scripts')
 

@@ -69,7 +69,7 @@ def test_the_scripts_defaults_are_the_fastest_measured(regenerated):
     fastest = {cells[0]: cells[2] for cells in (
         [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("|"))}
     compiled = load("ppo_torch_compile.py")
-    scope = compiled.resolved(compiled.Args(), torch.device("cpu")).compile_scope
+    scope = compiled.resolved(compiled.RunArgs(), torch.device("cpu")).compile_scope
     assert fastest["torch_compile"] == f"torch_compile-{scope} (xla-n)", (
         f"ppo_torch_compile.py compiles {scope} on a CPU; the tuning found {fastest['torch_compile']} fastest")
     single_thread = "--xla_cpu_multi_thread_eigen=false"

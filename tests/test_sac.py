@@ -373,7 +373,7 @@ def test_critic_actor_and_alpha_updates_match_the_reference(script):
     values, every weight and log alpha after each, the critic targets untouched."""
     sac, adapter = load(script), ADAPTERS[script]
     rng = np.random.default_rng(0)
-    args, log_alpha = sac.Args(), np.log(0.3)
+    args, log_alpha = sac.RunArgs(), np.log(0.3)
     w = random_weights(rng)
     state = adapter.make(sac, args, w, log_alpha)
     expected = {k: list(v) for k, v in w.items()}
@@ -410,7 +410,7 @@ def test_critics_every_step_actor_and_alpha_in_bursts_targets_at_their_frequency
     step's Adam step, within float32's rounding (1e-6 of a weight): a move toward the critic before the step
     would be off by a quarter of an Adam step, some 1e-4."""
     sac, adapter = load(script), ADAPTERS[script]
-    args = sac.Args(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
+    args = sac.RunArgs(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
                     policy_frequency=2, target_network_frequency=3, tau=0.25)
     stepper, before, targets, moves = adapter.stepper(sac, args, 1), (0, 0, 0), None, 0
     for t in range(args.total_timesteps):
@@ -439,7 +439,7 @@ def test_evaluation_acts_on_the_squashed_mean_in_the_bounds(script, monkeypatch)
     weights set through the adapter. The mean head's outputs reach past +-1.5, where the mean scaled without tanh
     parts from the action by more than 1 (and tanh unscaled by half the action)."""
     sac, adapter = load(script), ADAPTERS[script]
-    args = sac.Args()
+    args = sac.RunArgs()
     w = random_weights(np.random.default_rng(0))
     state = adapter.make(sac, args, w, np.log(0.3))
     pairs = recorded_evaluation(sac, monkeypatch)

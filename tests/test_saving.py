@@ -221,7 +221,7 @@ def test_normalization_statistics_are_saved_and_restored(script, toggle, tmp_pat
     theirs plus one observation per env; the discounted returns start again), and a run that would
     not normalize refuses them."""
     m = load(script, fresh=True)
-    args = m.Args(**{**TINY_ARGS, "num_iterations": 3}, **toggle, env_id="Pendulum-v1", log_dir=str(tmp_path))
+    args = m.RunArgs(**{**TINY_ARGS, "num_iterations": 3}, **toggle, env_id="Pendulum-v1", log_dir=str(tmp_path))
     env = ((m.make_env(args.env_id, args.num_envs),) if script in GYMNASIUM_SCRIPTS
            else m.make_torch_env(args.env_id, "cpu") if toggle else m.make_env(args.env_id))
     args = m.with_defaults(args, continuous_actions=True)

@@ -1,7 +1,7 @@
 """The shape every script keeps (SPEC section 2): the algorithm first, then one marked section, the harness,
-from the line `# %% harness` to the end of the file. The harness is one text within each family (the JAX
-scripts; the torch scripts), so that a diff of two scripts of a family shows only the algorithm and the
-framework; nothing it defines is defined again above it. No script runs here: these read the files."""
+from the line `# %% harness` to the end of the file. The harness is one text in all 33 scripts (JAX and
+torch alike), so that a diff of two scripts shows only the algorithm and the framework; nothing it defines is
+defined again above it, and no run flag is an Args field above it. No script runs here: these read the files."""
 
 import ast
 
@@ -44,9 +44,21 @@ def test_one_harness_section_last(script):
     assert not defined(reading) & defined(harness), f"{script}: defined twice: {defined(reading) & defined(harness)}"
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_the_harness_is_one_text_per_family(family):
-    scripts = FAMILIES[family]
-    first, *rest = scripts
+def test_the_harness_is_one_text():
+    first, *rest = ALL
     for script in rest:
         assert parts(script)[1] == parts(first)[1], f"{script}'s harness differs from {first}'s"
+
+
+def fields(source: str, name: str) -> set[str]:
+    """The fields of the dataclass `name` defined in source."""
+    (cls,) = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == name]
+    return {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign)}
+
+
+@pytest.mark.parametrize("script", ALL)
+def test_the_run_flags_are_the_harness_s(script):
+    """The benchmark's flags are RunArgs' (the harness's), not the algorithm's Args: its plain copy has none."""
+    reading, harness = parts(script)
+    run_flags = fields(harness, "RunArgs")
+    assert len(run_flags) == 7 and not fields(reading, "Args") & run_flags, fields(reading, "Args") & run_flags

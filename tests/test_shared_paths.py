@@ -140,7 +140,7 @@ def trained_states(script: str, log_dir, **changes) -> list:
     import jax
 
     m = load(script, fresh=True)
-    args = m.Args(**RUN, **changes, env_id="Pendulum-v1", torch_env=True, seed=3, log_dir=str(log_dir))
+    args = m.RunArgs(**RUN, **changes, env_id="Pendulum-v1", torch_env=True, seed=3, log_dir=str(log_dir))
     env, env_params = m.make_torch_env(args.env_id, m.torch_device())
     env_params = env_params.replace(max_steps_in_episode=TIME_LIMIT)
     args = m.with_defaults(args, m.continuous(env, env_params))

@@ -385,7 +385,7 @@ def test_critic_and_actor_updates_match_the_reference(script):
     actor sits near the bounds so that the smoothed action is clipped to them."""
     td3, adapter = load(script), ADAPTERS[script]
     rng = np.random.default_rng(0)
-    args = td3.Args()
+    args = td3.RunArgs()
     w = random_weights(rng)
     w["actor_target"][-1] = (w["actor_target"][-1][0] * 4, w["actor_target"][-1][1])  # tanh near +-1
     state = adapter.make(td3, args, w)
@@ -418,7 +418,7 @@ def test_critics_every_step_and_the_actor_and_targets_every_policy_frequency(scr
     network as that network is after this step's Adam step, within float32's rounding (1e-6 of a weight): a move
     toward the weights before the step would be off by a quarter of an Adam step, some 1e-5 or more."""
     td3, adapter = load(script), ADAPTERS[script]
-    args = td3.Args(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
+    args = td3.RunArgs(total_timesteps=40, learning_starts=10, buffer_size=64, batch_size=8, log_frequency=1,
                     policy_frequency=3, tau=0.25)
     stepper, before, targets = adapter.stepper(td3, args, 1), (0, 0), None
     actor_steps = 0
@@ -447,7 +447,7 @@ def test_exploration_is_uniform_then_the_actor_plus_scaled_noise(script):
     """Before learning starts an action is uniform over the bounds; after, the actor's action (here 0: a zero
     output layer) plus noise of exploration-noise action scales, clipped to the bounds."""
     td3, adapter = load(script), ADAPTERS[script]
-    args = td3.Args()
+    args = td3.RunArgs()
     w = random_weights(np.random.default_rng(0))
     w["actor"][-1] = (np.zeros_like(w["actor"][-1][0]), np.zeros_like(w["actor"][-1][1]))
     state, obs = adapter.make(td3, args, w), np.random.default_rng(1).normal(size=(20_000, OBS_DIM)).astype(np.float32)
@@ -466,7 +466,7 @@ def test_evaluation_acts_with_the_actor_scaled_into_the_bounds(script, monkeypat
     it was taken on: tanh of the MLP, scaled into the bounds, no exploration noise, the actor's weights as set
     through the adapter (not the target actor's, set apart, nor the script's initial ones)."""
     td3, adapter = load(script), ADAPTERS[script]
-    args = td3.Args()
+    args = td3.RunArgs()
     w = random_weights(np.random.default_rng(0))
     state = adapter.make(td3, args, w)
     pairs = recorded_evaluation(td3, monkeypatch)
@@ -487,7 +487,7 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
     each row's next observation is its observation moved by Pendulum's physics under its action (a row from a
     final observation to a reset one would not be), none terminated (Pendulum only truncates)."""
     module, adapter = load(script), {**ADAPTERS, **SAC_ADAPTERS}[script]
-    args = module.Args(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
+    args = module.RunArgs(total_timesteps=600, learning_starts=599, buffer_size=600, batch_size=8, num_envs=2,
                        log_frequency=600, buffer="host")
     buffer = adapter.buffer(module, args)
     _, stats, _ = next(adapter.stepper(module, args, 1, vectorization, buffer))
