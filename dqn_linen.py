@@ -435,6 +435,7 @@ import math
 import os
 import platform
 import resource
+import signal
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -460,6 +461,8 @@ class RunArgs(Args):
     """trace the iterations the script's traced() names into the run directory: the framework's ops (torch's in
     trace.json.gz, JAX's compiled programs in plugins/profile/: Perfetto opens both) and Python's side (python.prof,
     snakeviz opens it); docs/profiling.md"""
+    progress_seconds: float = 30.0
+    """where stdout is no terminal (a log file, a job scheduler): seconds between progress lines (0: each iteration)"""
     track: Literal["mlflow", "wandb"] | None = None
     """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
     (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
@@ -478,7 +481,8 @@ RANGES = {  # every numeric argument's valid values (of any script's Args), chec
     "an integer >= 0": (("num_iterations", "total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
     "> 0": (("learning_rate", "policy_lr", "q_lr", "clip_coef", "max_grad_norm", "adam_eps"),
             lambda x: 0 < x < math.inf),
-    ">= 0": (("ent_coef", "vf_coef", "alpha", "policy_noise", "exploration_noise", "noise_clip"),
+    ">= 0": (("ent_coef", "vf_coef", "alpha", "policy_noise", "exploration_noise", "noise_clip",
+              "progress_seconds"),
              lambda x: 0 <= x < math.inf),
     "in [0, 1]": (("gamma", "gae_lambda", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
     "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
@@ -652,16 +656,33 @@ def read_saved(path: str, read, **this_run):
     return saved
 
 
+ALGORITHM = SAVED_BY.split("_")[0]  # each script's name starts with its algorithm: ppo, dqn, td3, sac
+
+
+def total_steps(args) -> int:
+    """The env steps a run takes, its step axis's end: total_timesteps, or num_iterations rollouts of
+    num_envs * num_steps (each agent's, in an agent script)."""
+    if hasattr(args, "total_timesteps"):
+        return args.total_timesteps
+    return args.num_iterations * args.num_envs * args.num_steps
+
+
 def against_target(env_id: str, model: str, final: float | None) -> str:
-    """Whether a final return reached the study's target for this env and model, where analyze.py has written
-    one (results/targets.json, beside the scripts): a reader's check that the run learned as the study's did."""
+    """Whether a final return reached the study's target for this algorithm, env and model (results/targets.json,
+    beside the scripts, which analyze.py writes from the committed learning runs): did the run learn as the
+    study's did? Or why it cannot say."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
-    target = json.load(open(path)).get(env_id, {}).get(model) if os.path.exists(path) else None
-    if target is None or final is None:
-        return ""
-    reached = "reached" if final >= target["target"] else "not reached"
+    target = json.load(open(path)).get(ALGORITHM, {}).get(env_id, {}).get(model) if os.path.exists(path) else None
+    if target is None:
+        return f"; the study has no target for {ALGORITHM.upper()} on {env_id} with the {model} model to judge it by"
+    reached = "reached: it learned" if final is not None and final >= target["target"] else "not reached"
     return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
-            f"return in {target['iterations']} iterations), {target['target']:g}: {reached}")
+            f"return in {target['steps']:,} env steps), {target['target']:g}: {reached}")
+
+
+def stop_on(signum, frame):
+    """SIGTERM (a scheduler's time limit, kill): stop as Ctrl-C does, so that the run says where it stopped."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def start_run(args, variant: str, device, **record) -> "RunLog":
@@ -681,8 +702,10 @@ class RunLog:
     """The writer the algorithm logs to: TensorBoard's, and what the benchmark keeps besides. Each iteration
     (iteration(), after the algorithm's own scalars) adds its times (time/...) and memory (memory/...), keeps its
     episodes for the final return, flushes, and starts or ends --profile's trace at the iterations traced(args)
-    names. As a context: finish() writes summary.json's figures, the saved model and the
-    evaluation; leaving closes the writer and ends --track, and writes summary.json last (not when interrupted)."""
+    names; where stdout is no terminal (rich draws no bar there), a line after the first iteration (compilation
+    included) and every --progress-seconds. As a context: finish() writes summary.json's figures, the saved model
+    and the evaluation; leaving closes the writer and ends --track, and writes summary.json last; an interrupted
+    run (an error, Ctrl-C, SIGTERM) says at which step it stopped, and keeps its logs without a summary.json."""
 
     def __init__(self, writer: Writer, args, variant: str, run_dir: str):
         self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
@@ -690,6 +713,12 @@ class RunLog:
         self.traced = traced(args)  # --profile's iterations (from 0)
         self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
         self.step, self.summary = 0, None
+        self.lines = not sys.stdout.isatty()  # progress as plain lines
+        self.started = self.reported = time.time()
+        self.first = None  # (time, step) at the end of the first iteration, which compiles
+        if self.lines:
+            print(f"{run_dir}: {total_steps(args):,} env steps to run; the first iteration includes compilation",
+                  flush=True)
 
     def add_scalar(self, tag: str, value, step: int):
         self.writer.add_scalar(tag, value, step)
@@ -703,6 +732,15 @@ class RunLog:
         if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
             self.writer.add_scalar("memory/peak_device_mb", device_mb, self.step)
         self.writer.flush()  # an interrupted run keeps every finished iteration
+        now = time.time()
+        if self.first is None:
+            self.first = now, self.step
+            if self.lines:
+                print(f"step {self.step:,}: first iteration done, compilation included, "
+                      f"{now - self.started:.1f} s", flush=True)
+        elif self.lines and now - self.reported >= self.args.progress_seconds:
+            self.reported = now
+            print(self.progress(now), flush=True)
         if self.args.profile and iteration + 1 in (self.traced.start, self.traced.stop):
             self.trace(start=iteration + 1 == self.traced.start)
 
@@ -724,28 +762,46 @@ class RunLog:
                 JAX.profiler.stop_trace()
             self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
 
-    def finish(self, save, evaluate, target: bool = False):
+    def progress(self, now: float) -> str:
+        """Where the run is: its step, the recent return, the rate since compilation, the time left at it."""
+        rate = (self.step - self.first[1]) / max(now - self.first[0], 1e-9)
+        left = (total_steps(self.args) - self.step) / rate if rate else math.inf
+        return (f"step {self.step:,} of {total_steps(self.args):,}: {self.returns()}, {rate:,.0f} steps/s, "
+                f"{left / 60:,.1f} min left at this rate")
+
+    def returns(self, final: bool = False) -> str:
+        """The mean return of the episodes that ended in the last 10 iterations, in words."""
+        if (mean := self.final_return()) is None:
+            return "no episode ended in the last 10 iterations" if final else "no episode ended yet"
+        return f"{'final ' if final else ''}return {mean:,.2f} (the episodes of the last 10 iterations)"
+
+    def finish(self, save, evaluate):
         """After the timed part: summary.json's figures, the model save(run_dir) saved with --save-model, and
-        --eval-episodes' returns, evaluate(). target: the end line compares the final return with the study's."""
+        --eval-episodes' returns, evaluate()."""
         self.summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return()}
         self.summary["saved_model"] = save(self.run_dir) if self.args.save_model else None
         self.summary |= self.evaluation(evaluate() if self.args.eval_episodes else [])
-        self.target = target
 
     def __enter__(self):
         return self
 
-    def __exit__(self, error, *_):
+    def __exit__(self, error, value, _):
         self.writer.close()
         end_tracking(self.args, self.run_dir, None if error else self.summary)
         if error:  # an interrupted run keeps what it logged, and has no summary.json
+            stopped = issubclass(error, KeyboardInterrupt)  # Ctrl-C, or SIGTERM (stop_on)
+            why = (value.args[0] if value.args else "Ctrl-C") if stopped else error.__name__
+            print(f"{self.run_dir}: stopped by {why} at step {self.step:,} of {total_steps(self.args):,}; the logs "
+                  "of the finished iterations are kept, no summary.json", flush=True)
+            if stopped:  # said: no traceback, and the exit code the signal's default would give
+                sys.exit(143 if why == "SIGTERM" else 130)
             return
         with open(os.path.join(self.run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
             json.dump(self.summary, f, indent=2)
         final = self.summary["charts/episodic_return_final"]
-        evaluation = f", evaluation {self.summary['eval/episodic_return']:.1f}" if self.args.eval_episodes else ""
-        target = against_target(self.args.env_id, self.args.model, final) if self.target else ""
-        print(f"{self.run_dir}: final return {final}{evaluation}{target}")
+        evaluation = f"; evaluation {self.summary['eval/episodic_return']:,.1f}" if self.args.eval_episodes else ""
+        target = against_target(self.args.env_id, self.args.model, final)
+        print(f"{self.run_dir}: {self.returns(final=True)}{evaluation}{target}")
 
     def evaluation(self, returns) -> dict:
         """eval/episodic_return: each evaluation episode's return (step = episode), or with an agent axis each
@@ -772,4 +828,5 @@ class RunLog:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on)  # a scheduler's time limit: the run says where it stopped
     main()

@@ -14,6 +14,23 @@ from .output import NAMES, color, fmt, variant_order
 SHARE = 0.9  # of the way from the start to the best final return: 90%
 # the experiments whose runs learn for a whole run of the scripts' length, every variant as long: the newer first
 LEARNING = ("headline", "exp1", "continuous-learning", "pixels-learning")
+OFFPOLICY_LEARNING = {"dqn": ("dqn-learning",), "td3": ("offpolicy-learning", "offpolicy"),
+                      "sac": ("offpolicy-learning", "offpolicy")}  # the other algorithms' learning runs
+
+
+def algorithm_of(run) -> str:
+    """ppo, dqn, td3 or sac: an off-policy variant's name starts with its algorithm (dqn_linen, sac_torch-host)."""
+    prefix = run.variant.split("_")[0]
+    return prefix if prefix in OFFPOLICY_LEARNING else "ppo"
+
+
+def env_steps(run) -> int | None:
+    """The env steps a run took (each agent's), as the scripts count them (their harness's total_steps); None
+    where run.json does not say."""
+    args = run.info["args"]
+    if "total_timesteps" in args:
+        return args["total_timesteps"]
+    return args["num_iterations"] * args["num_envs"] * args["num_steps"] if "num_envs" in args else None
 
 
 def first_return(run) -> float | None:
@@ -41,23 +58,28 @@ def pair_targets(runs) -> dict:
     return found
 
 
-def study_targets(by_experiment: dict) -> dict:
-    """Each (env, model)'s target from the first LEARNING experiment that ran it, with what it came from:
-    what a run's end line compares its return with (results/targets.json) and the decision table times."""
+def study_targets(by_experiment: dict, algorithm: str = "ppo") -> dict:
+    """Each (env, model)'s target for the algorithm from the first of its learning experiments that ran it, with
+    what it came from: what a run's end line compares its return with (results/targets.json) and, PPO's, the
+    decision table times."""
     targets = {}
-    for experiment in LEARNING:
-        for pair, (target, sel) in pair_targets(by_experiment.get(experiment, [])).items():
+    for experiment in OFFPOLICY_LEARNING.get(algorithm, LEARNING):
+        runs = [r for r in by_experiment.get(experiment, []) if algorithm_of(r) == algorithm]
+        for pair, (target, sel) in pair_targets(runs).items():
             if pair not in targets:
                 targets[pair] = {"target": round(target, 2), "share": SHARE, "experiment": experiment, "runs": len(sel),
-                                 "iterations": max(r.num_iterations for r in sel)}
+                                 "iterations": max(r.num_iterations for r in sel),
+                                 "steps": max((n for r in sel if (n := env_steps(r))), default=None)}
     return targets
 
 
 def write_targets(by_experiment: dict, folder) -> None:
-    """results/targets.json: {env: {model: target}}, which a run's end line reads where it sits beside the script."""
+    """results/targets.json: {algorithm: {env: {model: target}}}, which a run's end line reads where it sits
+    beside the script."""
     nested = {}
-    for (env, model), target in study_targets(by_experiment).items():
-        nested.setdefault(env, {})[model] = target
+    for algorithm in ("ppo", *OFFPOLICY_LEARNING):
+        for (env, model), target in study_targets(by_experiment, algorithm).items():
+            nested.setdefault(algorithm, {}).setdefault(env, {})[model] = target
     (folder / "targets.json").write_text(json.dumps(nested, indent=1, sort_keys=True) + "\n")
 
 

@@ -1333,13 +1333,13 @@ def test_time_to_target_per_regime_counts_the_pairs_that_never_reached_it(tmp_pa
         for variant, factor, final in (("linen", 1.0, 100.0), ("torch", 2.0, 100.0),
                                        ("torch_compile", 1.5, 50.0 if seed == 4 else 100.0)):
             fake_run(runs_dir / "headline" / f"r{seed}", variant, "CartPole-v1", "small", seed, 10.0,
-                     [x * factor for x in ITERATIONS], final_return=final, synced=True)
+                     [x * factor for x in ITERATIONS], final_return=final, synced=True, num_envs=32, num_steps=256)
     loaded, _ = runs.find_runs([str(runs_dir)])
     by_experiment = {e: [r for r in loaded if r.experiment == e] for e in runs.EXPERIMENTS}
     target.write_targets(by_experiment, tmp_path)
-    written = json.loads((tmp_path / "targets.json").read_text())["CartPole-v1"]["small"]
+    written = json.loads((tmp_path / "targets.json").read_text())["ppo"]["CartPole-v1"]["small"]
     assert written == {"target": pytest.approx(100 / 18 + 0.9 * (100 - 100 / 18), abs=0.01), "share": 0.9, "experiment": "headline",
-                       "runs": 12, "iterations": 18}
+                       "runs": 12, "iterations": 18, "steps": 18 * 32 * 256}
     row = decision.decision_rows(by_experiment)[0]
     reached = decision.to_target(row["regime"], by_experiment, target.study_targets(by_experiment))
     assert row["target"]["row"]["geomean"] == reached["row"]["geomean"]

@@ -14,7 +14,7 @@ from helpers import JAX_SET_BY_SCRIPTS, ROOT, ran_in_process, scalars
 from test_shape import ALL
 
 HARNESS_FLAGS = {"sync_timing", "matmul_precision", "log_dir", "save_model", "load_model", "eval_episodes",
-                 "profile", "track"}
+                 "profile", "progress_seconds", "track"}
 HARNESS_TAGS = ("time/", "memory/")  # what RunLog adds to the algorithm's own tags
 UNEQUAL = ("charts/SPS",)  # a clock's reading
 RUNS = {  # one script per algorithm and framework, at a tiny size; the flags each run takes

@@ -11,7 +11,7 @@ from helpers import DQN_SCRIPTS, ROOT, SAC_SCRIPTS, SCRIPTS
 ALL = sorted(SCRIPTS + DQN_SCRIPTS + sorted(p.name for p in ROOT.glob("td3_*.py")) + SAC_SCRIPTS)
 FAMILIES = {"torch": [s for s in ALL if "torch" in s], "jax": [s for s in ALL if "torch" not in s]}
 MARKER = "# %% harness\n"
-LAST = 'if __name__ == "__main__":\n    main()\n'
+LAST = 'if __name__ == "__main__":\n    signal.signal(signal.SIGTERM, stop_on)  # a scheduler\'s time limit: the run says where it stopped\n    main()\n'
 
 
 def parts(script: str) -> tuple[str, str]:
@@ -61,4 +61,4 @@ def test_the_run_flags_are_the_harness_s(script):
     """The benchmark's flags are RunArgs' (the harness's), not the algorithm's Args: its plain copy has none."""
     reading, harness = parts(script)
     run_flags = fields(harness, "RunArgs")
-    assert len(run_flags) == 7 and not fields(reading, "Args") & run_flags, fields(reading, "Args") & run_flags
+    assert len(run_flags) == 8 and not fields(reading, "Args") & run_flags, fields(reading, "Args") & run_flags
