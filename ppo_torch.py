@@ -146,7 +146,8 @@ def make_env(env_id: str):
         fail(f"env_id {env_id!r} is not run here; the Craftax envs: {', '.join(CRAFTAX_IDS)} "
              "(symbolic: flat observations; the pixel variants would need a CNN)")
     if env_id not in gymnax.registered_envs or env_id in NEEDS_DOWNLOAD:
-        why = "needs a network download" if env_id in NEEDS_DOWNLOAD else "is not a Gymnax or Craftax env id"
+        why = "needs a network download" if env_id in NEEDS_DOWNLOAD else (
+            "is not a Gymnax or Craftax env id (for a Gymnasium env such as MuJoCo's, the *_gymnasium.py scripts)")
         fail(f"env_id {env_id!r} {why}; supported: {', '.join(supported_env_ids())}")
     env, env_params = gymnax.make(env_id)
     if why := unsupported(env, env_params):

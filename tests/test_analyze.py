@@ -1192,11 +1192,16 @@ def test_decision_table_names_each_regimes_fastest_framework_and_the_sentence_fo
     first = rows[0]["whole"]
     assert (first["winner"], first["loser"]) == ("equinox", "torch_compile")
     assert first["row"]["geomean"] == pytest.approx(np.exp(np.mean([np.log(whole(2 + s / 10) / whole(0.9)) for s in (1, 2, 3)])))
+    # beside each framework's steady margin, the same regimes' whole runs (the first one's checked above)
+    wholes = sorted(row["whole"]["row"]["geomean"] for row in rows[:3])
+    assert wholes[0] < first["row"]["geomean"] == wholes[-1] and rows[-1]["whole"]["winner"] == rows[-1]["winner"]
     assert decision.answer(rows) == ("On a CPU, a JAX framework was the fastest in 3 of the 4 regimes decided "
                                      "(2 setups, a small and a medium row on the same envs counted once; PyTorch's "
-                                     "fastest variant took 1.40x to 2.44x as long); PyTorch was the fastest "
-                                     "in one: pixels, Atari (JAX's fastest variant took 2.50x as long). 2 more regimes "
-                                     "ran without a verdict (the table says why).")
+                                     f"fastest variant took 1.40x to 2.44x as long per steady iteration, {wholes[0]:.2f}x "
+                                     f"to {wholes[-1]:.2f}x over a modelled run of 1M env steps); PyTorch was the fastest "
+                                     "in one: pixels, Atari (JAX's fastest variant took 2.50x as long per steady iteration, "
+                                     f"{rows[-1]['whole']['row']['geomean']:.2f}x over a modelled run of 1M env steps). "
+                                     "2 more regimes ran without a verdict (the table says why).")
 
 
 def on_host(run_dir, family_model, flags=("avx2", "avx512f"), session=None):
@@ -1287,8 +1292,10 @@ def test_a_regime_is_decided_by_three_repeats_not_by_three_envs(tmp_path):
     assert (gpu["winner"], gpu["loser"], gpu["row"]["geomean"]) == ("linen", "torch_compile-torchenv", pytest.approx(10.0))
     assert decision.answer(list(rows.values())) == (
         "On a CPU, a JAX framework was the fastest in the one decided: JAX env, small model (PyTorch's fastest variant "
-        "took 2.00x as long). On a GPU, a JAX framework was the fastest in the one decided: on a GPU, each framework's "
-        "own env, 32 envs (PyTorch's fastest variant took 10.00x as long). 2 more regimes ran without a verdict (the "
+        f"took 2.00x as long per steady iteration, {rows['JAX env, small model']['whole']['row']['geomean']:.2f}x over a "
+        "modelled run of 1M env steps). On a GPU, a JAX framework was the fastest in the one decided: on a GPU, each "
+        "framework's own env, 32 envs (PyTorch's fastest variant took 10.00x as long per steady iteration, "
+        f"{gpu['whole']['row']['geomean']:.2f}x over a modelled run of 1M env steps). 2 more regimes ran without a verdict (the "
         "table says why).")
 
 
@@ -1318,7 +1325,8 @@ def test_each_frameworks_variant_is_chosen_where_it_is_not_measured(tmp_path):
     assert loop["tie"] and decision.fastest_cell(loop).startswith("neither beyond the spread (PyTorch, eager")
     assert decision.answer(list(rows.values())) == (
         "On a CPU, a JAX framework was the fastest in one: JAX env, small model (PyTorch's fastest variant took "
-        "1.88x as long); in one (CPU env, Gymnasium's loop) neither was faster beyond the spread over envs or repeats.")
+        f"1.88x as long per steady iteration, {jax_env['whole']['row']['geomean']:.2f}x over a modelled run of 1M env "
+        "steps); in one (CPU env, Gymnasium's loop) neither was faster beyond the spread over envs or repeats.")
 
 
 def test_time_to_target_per_regime_counts_the_pairs_that_never_reached_it(tmp_path):
