@@ -19,7 +19,7 @@ SHARED_ARGS = {
     "clip_coef": 0.2, "clip_vloss": True, "ent_coef": None, "vf_coef": 0.5, "max_grad_norm": 0.5,
     "adam_eps": 1e-5, "adam_betas": (0.9, 0.999), "normalize": True, "bootstrap_truncation": True, "seed": 1,
     "sync_timing": False, "matmul_precision": "float32", "log_dir": "runs", "save_model": False, "load_model": None,
-    "eval_episodes": 0, "profile": False, "track": None,
+    "eval_episodes": 0, "profile": False, "progress_seconds": 30.0, "track": None,
 }
 # the defaults an action space picks for the fields left None above: the seed README's, CleanRL's continuous script's
 ACTION_SPACE_DEFAULTS = {False: dict(num_minibatches=8, learning_rate=2.5e-4, ent_coef=0.01),
