@@ -106,8 +106,8 @@ def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int 
     """The Gymnasium twin of a Gymnax env as a vector env, or exit 2. Gymnasium's sync and async vector
     envs reset an env in the step its episode ends; the others reset it on the next step (see env_step)."""
     if env_id not in TWINS:
-        fail(f"env_id {env_id!r} is not a Gymnasium env this DQN runs; it runs {', '.join(TWINS)} "
-             "(for a Gymnax env, the script without _gymnasium)")
+        fail(f"env_id {env_id!r} is not a Gymnasium env with Discrete actions this DQN runs; it runs "
+             f"{', '.join(TWINS)} (for a Gymnax env, the script without _gymnasium)")
     if env_id not in VECTORIZATIONS[vectorization]:
         fail(f"--vectorization {vectorization} offers {', '.join(VECTORIZATIONS[vectorization])}, not {env_id!r}")
     twin, kwargs = TWINS[env_id]
