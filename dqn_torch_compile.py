@@ -1,9 +1,9 @@
 """DQN with PyTorch and torch.compile, CUDA graphs on GPU (benchback).
 
-dqn_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step and the whole
-update (TD loss, gradients and Adam) compiled, and with --torch-env the env's step too, epsilon a
-tensor written in place so that its schedule never recompiles, Adam's rate a tensor and its step
-count on the device (capturable), as CUDA graphs need (docs/offpolicy.md).
+dqn_torch.py with the fewest changes that make it fast, LeanRL's way: the greedy action, the TD loss with
+its gradients, and Adam's step compiled, each one graph with no break, and with --torch-env the env's
+step too; Adam's rate a tensor and its step count on the device (capturable), as CUDA graphs need
+(docs/offpolicy.md).
 
     python dqn_torch_compile.py --env-id CartPole-v1
     python dqn_torch_compile.py --torch-env            # the env in torch, its step compiled too
@@ -15,6 +15,7 @@ import time
 
 START_TIME = time.time()  # harness: before the heavy imports, so the startup time counts them
 
+import inspect
 import math
 import os
 from dataclasses import dataclass
@@ -182,7 +183,7 @@ class QNetwork(nn.Module):
 
     def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...], num_actions: int, cnn: bool):
         super().__init__()
-        self.image_shape, layers = (obs_shape if cnn else None), []
+        self.image_shape, self.num_actions, layers = (obs_shape if cnn else None), num_actions, []
         if cnn:
             (h, w, channels) = obs_shape
             for filters, size, stride in CNN_LAYOUT["convs"]:
@@ -275,12 +276,19 @@ def td_grads(q_network, target_network, batch, gamma: float):
     return loss.detach(), q.detach().mean()
 
 
+@torch.no_grad()
+def adam_step(optimizer: torch.optim.Adam):
+    """optimizer.step() without the graph breaks torch.optim makes on purpose (pytorch#104053): its body, under
+    no_grad as step runs it, compiles as one graph."""
+    inspect.unwrap(torch.optim.Adam.step)(optimizer)
+
+
 def td_update(q_network, target_network, optimizer, batch, gamma: float):
     """One Adam step on the TD error (the gradients apart: compiled in one frame with zero_grad and step,
     torch 2.13 left the weights as they were)."""
     optimizer.zero_grad()
     stats = td_grads(q_network, target_network, batch, gamma)
-    optimizer.step()
+    adam_step(optimizer)
     return stats
 
 
@@ -313,23 +321,29 @@ def to_jax(action: torch.Tensor):
 
 
 @torch.no_grad()
-def act(q_network, obs, epsilon: float):
-    """Each env's action: a uniform one with probability epsilon, else the greedy one (int32, JAX's)."""
-    q = q_network(obs)
-    explore = torch.rand(q.shape[:1], device=q.device) < epsilon
-    return torch.where(explore, torch.randint(0, q.shape[-1], q.shape[:1], device=q.device), q.argmax(-1)).int()
+def greedy(q_network, obs):
+    return q_network(obs).argmax(-1)
+
+
+@torch.no_grad()
+def act(q_network, obs, epsilon):
+    """Each env's action: a uniform one with probability epsilon, else the greedy one (int32, JAX's). A step where
+    every env explores skips the network, as CleanRL's, for one host read."""
+    explore = torch.rand(len(obs), device=obs.device) < epsilon
+    action = torch.randint(0, q_network.num_actions, (len(obs),), device=obs.device)
+    if explore.all():
+        return action.int()
+    return torch.where(explore, action, greedy(q_network, obs)).int()
 
 
 def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runner, env_step_fn, args: Args):
     """log_frequency env steps: act, step, store, and on CleanRL's steps train and copy the target."""
     steps, losses, qs = [], [], []
-    epsilon = torch.zeros((), device=runner.obs.device)  # a tensor written in place: a new value never recompiles
     for _ in range(args.log_frequency // args.num_envs):
         t = runner.global_step
-        epsilon.fill_(epsilon_at(t, args))
         torch.compiler.cudagraph_mark_step_begin()  # a new CUDA-graph step: earlier outputs may be reused
         with region("policy_step", args.profile):  # harness
-            action = act(q_network, runner.obs, epsilon).clone()
+            action = act(q_network, runner.obs, epsilon_at(t, args))
         with region("env_step", args.profile):  # harness
             env_state, out = env_step_fn(runner.env_state, action)
         with region("buffer", args.profile):  # harness
@@ -382,11 +396,12 @@ def evaluate(q_network, key, env, env_params, num_episodes: int, epsilon: float,
 
 
 def compile_hot_paths(mode: str):
-    """torch.compile the policy step and the whole update where they are called, LeanRL style."""
-    global act, td_update
+    """torch.compile the greedy action, the TD loss with its gradients, and Adam's step where they are called,
+    LeanRL style, each one graph (fullgraph: a graph break is an error); exploring's draws stay eager, beside the
+    host read that skips the network."""
+    global greedy, td_grads, adam_step
     torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the compiled graph
-    act = torch.compile(act, mode=mode, fullgraph=True)
-    td_update = torch.compile(td_update, mode=mode)  # torch.optim's zero_grad and step break the graph on purpose
+    greedy, td_grads, adam_step = (torch.compile(f, mode=mode, fullgraph=True) for f in (greedy, td_grads, adam_step))
 
 
 def torch_device() -> torch.device:

@@ -1,9 +1,9 @@
 """SAC with PyTorch and torch.compile, CUDA graphs on GPU (benchback).
 
-sac_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step and both updates (the
-critics', and the actor's with alpha's: losses, gradients and Adam) compiled, and with --torch-env the env's step
-too, Adam's rate a tensor and its step count on the device (capturable), as CUDA graphs need
-(docs/offpolicy.md).
+sac_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step, the critics', the
+actor's and alpha's losses with their gradients, and Adam's step compiled, each one graph with no break, and with
+--torch-env the env's step too; Adam's rate a tensor and its step count on the device (capturable), as CUDA
+graphs need (docs/offpolicy.md).
 
     python sac_torch_compile.py --env-id Pendulum-v1 --total-timesteps 50000
     python sac_torch_compile.py --torch-env            # the env in torch, its step compiled too
@@ -15,6 +15,7 @@ import time
 START_TIME = time.time()  # harness: before the heavy imports, so the startup time counts them
 
 import copy
+import inspect
 import math
 import os
 from dataclasses import dataclass
@@ -326,8 +327,15 @@ def critic_update(nets: Networks, batch, noise, args: Args):
     """One Adam step on both critics (the gradients apart, as dqn_torch.py's td_grads)."""
     nets.q_optimizer.zero_grad()
     stats = critic_grads(nets, batch, noise, args)
-    nets.q_optimizer.step()
+    adam_step(nets.q_optimizer)
     return stats
+
+
+@torch.no_grad()
+def adam_step(optimizer: torch.optim.Adam):
+    """optimizer.step() without the graph breaks torch.optim makes on purpose (pytorch#104053): its body, under
+    no_grad as step runs it, compiles as one graph."""
+    inspect.unwrap(torch.optim.Adam.step)(optimizer)
 
 
 def actor_grads(nets: Networks, obs, noise, args: Args):
@@ -351,12 +359,12 @@ def actor_update(nets: Networks, obs, noise, args: Args):
     both draws). The critics' gradients it leaves are cleared by their next step."""
     nets.actor_optimizer.zero_grad()
     loss = actor_grads(nets, obs, noise[0], args)
-    nets.actor_optimizer.step()
+    adam_step(nets.actor_optimizer)
     if not args.autotune:
         return loss, torch.zeros_like(loss)
     nets.a_optimizer.zero_grad()
     alpha_loss = alpha_grads(nets, obs, noise[1], -float(nets.actor.action_scale.numel()))
-    nets.a_optimizer.step()
+    adam_step(nets.a_optimizer)
     return loss, alpha_loss
 
 
@@ -530,12 +538,12 @@ def train(args: Args, env, env_params, writer, saved: dict | None = None) -> Net
 
 
 def compile_hot_paths(mode: str):
-    """torch.compile the policy step and both updates where they are called, LeanRL style."""
-    global act, critic_update, actor_update
+    """torch.compile the policy step, each update's losses with their gradients, and Adam's step where they are
+    called, LeanRL style, each one graph (fullgraph: a graph break is an error)."""
+    global act, critic_grads, actor_grads, alpha_grads, adam_step
     torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the compiled graph
-    act = torch.compile(act, mode=mode, fullgraph=True)
-    # torch.optim's zero_grad and step break the graph on purpose
-    critic_update, actor_update = torch.compile(critic_update, mode=mode), torch.compile(actor_update, mode=mode)
+    act, critic_grads, actor_grads, alpha_grads, adam_step = (
+        torch.compile(f, mode=mode, fullgraph=True) for f in (act, critic_grads, actor_grads, alpha_grads, adam_step))
 
 
 def traced(args: Args) -> range:  # harness

@@ -1,9 +1,9 @@
 """TD3 with PyTorch and torch.compile, CUDA graphs on GPU (benchback).
 
-td3_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step and both updates
-(the critics' and the actor's with the targets' Polyak step: losses, gradients and Adam) compiled, and with
---torch-env the env's step too, Adam's rate a tensor and its step count on the device (capturable), as CUDA
-graphs need (docs/offpolicy.md).
+td3_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step, both updates' losses
+with their gradients, and Adam's step compiled, each one graph with no break, and with --torch-env the env's
+step too; Adam's rate a tensor and its step count on the device (capturable), as CUDA graphs need
+(docs/offpolicy.md).
 
     python td3_torch_compile.py --env-id Pendulum-v1 --total-timesteps 50000 --learning-starts 5000
     python td3_torch_compile.py --torch-env            # the env in torch, its step compiled too
@@ -16,6 +16,7 @@ import time
 START_TIME = time.time()  # harness: before the heavy imports, so the startup time counts them
 
 import copy
+import inspect
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -302,8 +303,15 @@ def critic_update(nets: Networks, batch, noise, args: Args):
     """One Adam step on both critics (the gradients apart, as dqn_torch.py's td_grads)."""
     nets.q_optimizer.zero_grad()
     stats = critic_grads(nets, batch, noise, args)
-    nets.q_optimizer.step()
+    adam_step(nets.q_optimizer)
     return stats
+
+
+@torch.no_grad()
+def adam_step(optimizer: torch.optim.Adam):
+    """optimizer.step() without the graph breaks torch.optim makes on purpose (pytorch#104053): its body, under
+    no_grad as step runs it, compiles as one graph."""
+    inspect.unwrap(torch.optim.Adam.step)(optimizer)
 
 
 def actor_grads(nets: Networks, obs):
@@ -316,7 +324,7 @@ def actor_update(nets: Networks, obs, tau: float):
     """One Adam step up the first critic's value of the actor's action, then every target a Polyak step."""
     nets.actor_optimizer.zero_grad()
     loss = actor_grads(nets, obs)
-    nets.actor_optimizer.step()
+    adam_step(nets.actor_optimizer)
     with torch.no_grad():
         for online, target in ((nets.actor, nets.actor_target), (nets.qf1, nets.qf1_target), (nets.qf2, nets.qf2_target)):
             torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
@@ -413,12 +421,12 @@ def evaluate(actor: Actor, key, env, env_params, num_episodes: int, seed: int) -
 
 # %% training loop with logging
 def compile_hot_paths(mode: str):
-    """torch.compile the policy step and both updates where they are called, LeanRL style."""
-    global act, critic_update, actor_update
+    """torch.compile the policy step, each update's losses with their gradients, and Adam's step where they are
+    called, LeanRL style, each one graph (fullgraph: a graph break is an error)."""
+    global act, critic_grads, actor_grads, adam_step
     torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the compiled graph
-    act = torch.compile(act, mode=mode, fullgraph=True)
-    # torch.optim's zero_grad and step break the graph on purpose
-    critic_update, actor_update = torch.compile(critic_update, mode=mode), torch.compile(actor_update, mode=mode)
+    act, critic_grads, actor_grads, adam_step = (torch.compile(f, mode=mode, fullgraph=True)
+                                                 for f in (act, critic_grads, actor_grads, adam_step))
 
 
 def torch_device() -> torch.device:

@@ -2,6 +2,8 @@
 second iteration because its accumulators changed shape between calls), and
 torch.compile's mode none is the eager script."""
 
+import collections
+
 import pytest
 from helpers import COMPILED_TWINS, GYMNASIUM_SCRIPTS, SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars, train_in_process
 
@@ -122,3 +124,65 @@ def test_compile_mode_none_is_the_eager_script(eager_script, compiled_script, tm
         assert [s for s, _ in eager[tag]] == [s for s, _ in none[tag]], tag
         # the same code and seed; only the learning rate's float32 tensor rounds differently
         assert [v for _, v in none[tag]] == pytest.approx([v for _, v in eager[tag]], rel=1e-3, abs=1e-6), tag
+
+
+# %% the compiled off-policy scripts (issue 85): the policy step, each loss with its gradients and each optimizer's
+# Adam step are each one graph (fullgraph: a break is an error), all compiled in iteration 0, where learning starts
+# (learning-starts 40 of its 100 steps; DQN updates every 10 env steps), and nothing compiles again after it. Their
+# host reads after iteration 0, counted as test_guards.py counts PPO's: the statistics' one fetch (a float() of each
+# tensor or JAX array among them) and, with Gymnax's env, the action handed to JAX as a NumPy view at each step
+# script: (env, graphs: the policy step's (DQN's greedy action; TD3's and SAC's: uniform, the actor's), the losses'
+# (SAC's critics' and actor's twice: before log alpha has a gradient and after), Adam's (one per optimizer))
+OFFPOLICY_COMPILED = {
+    "dqn_torch_compile.py": ("CartPole-v1", 1 + 1 + 1), "td3_torch_compile.py": ("Pendulum-v1", 2 + 2 + 2),
+    "sac_torch_compile.py": ("Pendulum-v1", 2 + 5 + 3)}
+OFFPOLICY_TINY = dict(total_timesteps=400, log_frequency=100, learning_starts=40, buffer_size=400, batch_size=32,
+                      compile_mode="default")
+
+
+def offpolicy_compiled_run(script: str, log_dir, graphs, **changes) -> list:
+    """Trains the script in this process (a private copy) with its host reads counted; per iteration: the graphs
+    compiled by its end, its host reads (RunLog's own left out) and how many statistics it fetched."""
+    from test_guards import counting_host_reads
+
+    m = load(script, fresh=True)
+    env_id, _ = OFFPOLICY_COMPILED[script]
+    frequencies = {"train_frequency": 10, "target_network_frequency": 50} if script.startswith("dqn") else {}
+    args = m.RunArgs(**{**OFFPOLICY_TINY, **frequencies, "env_id": env_id, **changes}, log_dir=str(log_dir))
+    env = m.make_torch_env(env_id, m.torch_device()) if args.torch_env else m.make_env(env_id)
+    seen, counts, active = [], collections.Counter(), [True]
+
+    class Watching(m.RunLog):
+        def iteration(self, iteration, times, stats):
+            seen.append((graphs(), collections.Counter(counts), len(stats)))
+            counts.clear()
+            active[0] = False
+            try:
+                return super().iteration(iteration, times, stats)
+            finally:
+                active[0] = True
+
+    writer = m.Writer(str(log_dir))
+    with counting_host_reads(counts, active):
+        m.train(args, *env, Watching(writer, args, "in-process", str(log_dir)))
+    writer.close()
+    return seen
+
+
+@pytest.mark.parametrize("script, torch_env", [("dqn_torch_compile.py", True), ("td3_torch_compile.py", False),
+                                               ("sac_torch_compile.py", True)], ids=lambda x: str(x))
+def test_offpolicy_compiled_one_graph_each_no_break_no_new_graph(script, torch_env, tmp_path, dynamo_graphs):
+    import torch._dynamo
+
+    seen = offpolicy_compiled_run(script, tmp_path, dynamo_graphs, torch_env=torch_env)
+    graphs = OFFPOLICY_COMPILED[script][1] + torch_env  # with the env in torch, its step too
+    assert [g for g, _, _ in seen] == [graphs] * len(seen), f"graphs compiled by the end of each iteration: {seen}"
+    assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
+    steps = OFFPOLICY_TINY["log_frequency"]
+    handover = collections.Counter({} if torch_env else {"numpy": steps})
+    if script.startswith("dqn"):  # and DQN's each step: does every env explore? (then the network is skipped)
+        handover["__bool__"] += steps
+    for i, (_, reads, statistics) in enumerate(seen[1:], 1):
+        fetch = reads - handover
+        assert set(fetch) <= {"__float__", "jax array"} and fetch.total() <= statistics, f"iteration {i}: {dict(reads)}"
+        assert reads - fetch == handover, f"iteration {i}: host reads {dict(reads)}"

@@ -266,7 +266,7 @@ class TorchCompiled(Torch):
 
     @staticmethod
     def compile(dqn):
-        if not hasattr(dqn.td_update, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
+        if not hasattr(dqn.td_grads, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
             dqn.compile_hot_paths("default")
 
 
@@ -413,6 +413,33 @@ def test_evaluation_acts_greedily_on_q_but_at_its_epsilon(script, monkeypatch):
             assert other == 0, (other, n)
         else:  # mean rate * n (about 50 here), a standard deviation near 7
             assert rate * n / 3 < other < 2 * rate * n, (other, n, rate)
+
+
+@pytest.mark.parametrize("script", ["dqn_torch.py", "dqn_torch_compile.py"])
+def test_a_step_where_every_env_explores_skips_the_network(script):
+    """CleanRL's dqn.py runs its Q-network only when it exploits: at epsilon 1 the torch scripts' act() never calls
+    it (a network that raises is never reached) and draws every action uniformly; at epsilon 0 it takes the greedy
+    action of every env; in between, an env that exploits runs it for all (the where picks each env's own)."""
+    import torch
+
+    dqn = load(script)
+    q_network = dqn.QNetwork((4,), (8,), 3, False)
+    torch.manual_seed(0)
+    obs = torch.randn(4096, 4)
+    greedy = q_network(obs).argmax(-1)
+
+    class Raises(torch.nn.Module):
+        num_actions = 3
+
+        def forward(self, obs):
+            raise AssertionError("the network ran where every env explores")
+
+    uniform = torch.cat([dqn.act(Raises(), obs[:1], 1.0) for _ in range(3000)])
+    assert uniform.dtype == torch.int32 and np.bincount(uniform.numpy(), minlength=3).min() > 900  # each near 1,000
+    assert torch.equal(dqn.act(q_network, obs, 0.0).long(), greedy)
+    mixed = dqn.act(q_network, obs, 0.5).long()
+    agree = (mixed == greedy).float().mean()  # greedy, or a uniform draw that lands on it: 1/2 + 1/2 * 1/3
+    assert abs(float(agree) - 2 / 3) < 0.03, float(agree)
 
 
 @pytest.mark.parametrize("script, host", [(s, False) for s in DQN_SCRIPTS if s != "dqn_torch_compile.py"]

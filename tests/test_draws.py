@@ -15,12 +15,12 @@ the module to record what they are handed and what they return (JAX's through ja
 the compiled iteration). The buffer is smaller than --learning-starts, full before the first update, so a dropped
 key would sample the very same rows again. dqn/td3/sac_torch_compile.py run twice: with --compile-mode none (the same
 source, its loop and its draws, eager) and in the mode they run by default (torch.compile's default on a CPU),
-where their policy step is one compiled graph whose random draws are inductor's own generated code, not the eager
-ops' (no fallback_random here: what the script draws). The compiled policy step is watched from outside, wrapped
+where TD3's and SAC's policy step is one compiled graph whose random draws are inductor's own generated code, not the
+eager ops' (no fallback_random here: what the script draws; DQN's draws stay eager, its greedy action compiled). The compiled policy step is watched from outside, wrapped
 once compile_hot_paths has compiled it (a wrapper inside its full graph would break it): the greedy or the actor's
 own action each step is the script's eager policy step's, and SAC's acting draw is read back from the compiled
 sample (the tanh undone, less the actor's mean, over its spread; the eager run's recorded draws hold the
-reading-back to them). The updates (compiled too, watched as they are called) are handed their noise by the loop,
+reading-back to them). The updates (their gradients and Adam's step compiled, the updates watched as the loop calls them) are handed their noise by the loop,
 drawn outside them in either mode. A compiled run costs about half a minute of CPU, most of it compiling the
 updates, which cannot run eager in that mode (their Adam is capturable, for CUDA graphs)."""
 
@@ -162,12 +162,12 @@ def watched_run(script: str, log_dir, compiled: bool = False) -> Run:
     m = load(script, fresh=True)
     seen = collections.defaultdict(list)
     if compiled:
-        compile_hot_paths, names = m.compile_hot_paths, ("act", "td_update", "critic_update", "actor_update")
+        compile_hot_paths, names = m.compile_hot_paths, ("act", "greedy", "td_grads", "critic_grads", "actor_grads", "adam_step")
         eager = {name: getattr(m, name) for name in names if hasattr(m, name)}
 
         def compiling(mode):
             compile_hot_paths(mode)
-            assert all(getattr(m, name) is not f for name, f in eager.items()), "nothing compiled"
+            assert any(getattr(m, name) is not f for name, f in eager.items()), "nothing compiled"
             instrument(m, algo, seen, eager)
 
         m.compile_hot_paths = compiling  # train() calls it by its module name

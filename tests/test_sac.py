@@ -270,7 +270,7 @@ class TorchCompiled(Torch):
 
     @staticmethod
     def compile(sac):
-        if not hasattr(sac.critic_update, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
+        if not hasattr(sac.critic_grads, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
             sac.compile_hot_paths("default")
 
 

@@ -283,7 +283,7 @@ class TorchCompiled(Torch):
 
     @staticmethod
     def compile(td3):
-        if not hasattr(td3.critic_update, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
+        if not hasattr(td3.critic_grads, "_torchdynamo_orig_callable"):  # once per process: it rebinds the functions
             td3.compile_hot_paths("default")
 
 
