@@ -25,6 +25,7 @@ from rich.table import Table
 
 from analysis import docs
 from analysis.decision import decision_section
+from analysis.defaults import defaults_section
 from analysis.dqn import dqn_learning_section, dqn_section
 from analysis.offpolicy import offpolicy_cleanrl_section, offpolicy_learning_section, offpolicy_section
 from analysis.agents import agents_section
@@ -94,6 +95,7 @@ def report(args: Report) -> int:
     # (headline: below)
     decision_section(by_experiment, o)  # and the same regimes by host type
     write_targets(by_experiment, out)  # what a run's end line compares its return with
+    defaults_section(by_experiment, o)  # README's: what a default run of each script takes
     if headline := by_experiment["headline"] or exp1:  # the shuffled, repeated re-run of Experiment 1 where it ran
         headline_section(headline, cpuenv, agents, expensive, continuous, pixels, o)
     o.heading("The study")
