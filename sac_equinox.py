@@ -365,7 +365,7 @@ def iteration(nets: Networks, opt_states, runner: Runner, txs, env, env_params, 
     """log_frequency env steps as one lax.scan: act, step, store, and on CleanRL's steps update."""
 
     def step(carry, _):
-        nets, (actor_opt_state, q_opt_state, alpha_opt_state), runner = carry  # pytrees: the scan carries them
+        nets, opt_states, runner = carry  # pytrees: the scan carries them
         key, act_key, sample_key, noise_key, actor_key = jax.random.split(runner.key, 5)
         t = runner.global_step
         action = act(nets.actor, runner.obs, act_key, t < args.learning_starts)
@@ -377,28 +377,33 @@ def iteration(nets: Networks, opt_states, runner: Runner, txs, env, env_params, 
         learning = t > args.learning_starts
         delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
         polyak = learning & ((-t) % args.target_network_frequency < args.num_envs)
-        batch = buffer.sample(sample_key, args.batch_size)
         zero = jnp.float32(0)
-        nets, q_opt_state, qf_loss, q1 = jax.lax.cond(
-            learning, lambda n, o: critic_update(n, o, batch, jax.random.normal(noise_key, batch[2].shape), txs[1], args),
-            lambda n, o: (n, o, zero, zero), nets, q_opt_state)
 
-        def actor_steps(nets, opt_states):  # policy-frequency of them, each with fresh draws
-            def one(carry, key):
-                nets, opt_states, *losses = actor_update(*carry, batch[0], jax.random.normal(key, (2, *batch[2].shape)),
-                                                         txs, args)
-                return (nets, opt_states), losses
-            carry, (losses, alpha_losses) = jax.lax.scan(one, (nets, opt_states),
-                                                         jax.random.split(actor_key, args.policy_frequency))
-            return *carry, losses.mean(), alpha_losses.mean()
+        def update(nets, opt_states):  # only past learning-starts: the batch and the noises are drawn here, not before
+            actor_opt_state, q_opt_state, alpha_opt_state = opt_states
+            batch = buffer.sample(sample_key, args.batch_size)
+            nets, q_opt_state, qf_loss, q1 = critic_update(nets, q_opt_state, batch,
+                                                           jax.random.normal(noise_key, batch[2].shape), txs[1], args)
 
-        nets, (actor_opt_state, alpha_opt_state), actor_loss, alpha_loss = jax.lax.cond(
-            delayed, actor_steps, lambda n, o: (n, o, zero, zero), nets, (actor_opt_state, alpha_opt_state))
-        nets = jax.lax.cond(polyak, lambda n: n._replace(
-            critics_target=optax.incremental_update(n.critics, n.critics_target, args.tau)), lambda n: n, nets)
+            def actor_steps(nets, opt_states):  # policy-frequency of them, each with fresh draws
+                def one(carry, key):
+                    nets, opt_states, *losses = actor_update(*carry, batch[0],
+                                                             jax.random.normal(key, (2, *batch[2].shape)), txs, args)
+                    return (nets, opt_states), losses
+                carry, (losses, alpha_losses) = jax.lax.scan(one, (nets, opt_states),
+                                                             jax.random.split(actor_key, args.policy_frequency))
+                return *carry, losses.mean(), alpha_losses.mean()
+
+            nets, (actor_opt_state, alpha_opt_state), actor_loss, alpha_loss = jax.lax.cond(
+                delayed, actor_steps, lambda n, o: (n, o, zero, zero), nets, (actor_opt_state, alpha_opt_state))
+            nets = jax.lax.cond(polyak, lambda n: n._replace(
+                critics_target=optax.incremental_update(n.critics, n.critics_target, args.tau)), lambda n: n, nets)
+            return nets, (actor_opt_state, q_opt_state, alpha_opt_state), qf_loss, q1, actor_loss, alpha_loss
+
+        nets, opt_states, qf_loss, q1, actor_loss, alpha_loss = jax.lax.cond(
+            learning, update, lambda n, o: (n, o, zero, zero, zero, zero), nets, opt_states)
         runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
-        return (nets, (actor_opt_state, q_opt_state, alpha_opt_state), runner), (
-            out, learning, delayed, qf_loss, q1, actor_loss, alpha_loss)
+        return (nets, opt_states, runner), (out, learning, delayed, qf_loss, q1, actor_loss, alpha_loss)
 
     (nets, opt_states, runner), (out, learning, delayed, qf_loss, q1, actor_loss, alpha_loss) = jax.lax.scan(
         step, (nets, opt_states, runner), length=args.log_frequency // args.num_envs)

@@ -345,26 +345,36 @@ def iteration(actor_state, critic_state, alpha_state, runner: Runner, env, env_p
         learning = t > args.learning_starts
         delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
         polyak = learning & ((-t) % args.target_network_frequency < args.num_envs)
-        batch = buffer.sample(sample_key, args.batch_size)
-        alpha = jnp.exp(alpha_state.params["log_alpha"])
         zero = jnp.float32(0)
-        critic_state, qf_loss, q1 = jax.lax.cond(
-            learning, lambda cs: critic_update(actor_state, cs, alpha, batch, jax.random.normal(noise_key, batch[2].shape),
-                                               bounds, args), lambda cs: (cs, zero, zero), critic_state)
 
-        def actor_steps(states):  # policy-frequency of them, each with fresh draws
-            def one(states, key):
-                actor_state, alpha_state = states
-                actor_state, alpha_state, *losses = actor_update(actor_state, critic_state, alpha_state, batch[0],
-                                                                 jax.random.normal(key, (2, *batch[2].shape)), bounds, args)
-                return (actor_state, alpha_state), losses
-            states, (losses, alpha_losses) = jax.lax.scan(one, states, jax.random.split(actor_key, args.policy_frequency))
-            return *states, losses.mean(), alpha_losses.mean()
+        def update(states):  # only past learning-starts: the batch and the noises are drawn here, not before
+            actor_state, critic_state, alpha_state = states
+            batch = buffer.sample(sample_key, args.batch_size)
+            alpha = jnp.exp(alpha_state.params["log_alpha"])
+            critic_state, qf_loss, q1 = critic_update(actor_state, critic_state, alpha, batch,
+                                                      jax.random.normal(noise_key, batch[2].shape), bounds, args)
 
-        actor_state, alpha_state, actor_loss, alpha_loss = jax.lax.cond(
-            delayed, actor_steps, lambda states: (*states, zero, zero), (actor_state, alpha_state))
-        critic_state = jax.lax.cond(polyak, lambda cs: cs.replace(
-            target_params=optax.incremental_update(cs.params, cs.target_params, args.tau)), lambda cs: cs, critic_state)
+            def actor_steps(states):  # policy-frequency of them, each with fresh draws
+                def one(states, key):
+                    actor_state, alpha_state = states
+                    actor_state, alpha_state, *losses = actor_update(
+                        actor_state, critic_state, alpha_state, batch[0], jax.random.normal(key, (2, *batch[2].shape)),
+                        bounds, args)
+                    return (actor_state, alpha_state), losses
+                states, (losses, alpha_losses) = jax.lax.scan(one, states,
+                                                              jax.random.split(actor_key, args.policy_frequency))
+                return *states, losses.mean(), alpha_losses.mean()
+
+            actor_state, alpha_state, actor_loss, alpha_loss = jax.lax.cond(
+                delayed, actor_steps, lambda states: (*states, zero, zero), (actor_state, alpha_state))
+            critic_state = jax.lax.cond(polyak, lambda cs: cs.replace(
+                target_params=optax.incremental_update(cs.params, cs.target_params, args.tau)), lambda cs: cs,
+                critic_state)
+            return actor_state, critic_state, alpha_state, qf_loss, q1, actor_loss, alpha_loss
+
+        actor_state, critic_state, alpha_state, qf_loss, q1, actor_loss, alpha_loss = jax.lax.cond(
+            learning, update, lambda states: (*states, zero, zero, zero, zero),
+            (actor_state, critic_state, alpha_state))
         runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
         return (actor_state, critic_state, alpha_state, runner), (out, learning, delayed, qf_loss, q1, actor_loss,
                                                                   alpha_loss)

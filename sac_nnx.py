@@ -371,20 +371,24 @@ def iteration(model: Model, runner: Runner, env, env_params, args: Args):
         learning = t > args.learning_starts
         delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
         moved = learning & ((-t) % args.target_network_frequency < args.num_envs)
-        batch = buffer.sample(sample_key, args.batch_size)
         zero = jnp.float32(0)
-        qf_loss, q1 = nnx.cond(learning, lambda m: critic_update(m, batch, jax.random.normal(noise_key, batch[2].shape),
-                                                                 args), lambda m: (zero, zero), model)
 
-        def actor_steps(model):  # policy-frequency of them, each with fresh draws
-            @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0))
-            def one(model, key):
-                return model, actor_update(model, batch[0], jax.random.normal(key, (2, *batch[2].shape)), args)
-            _, (losses, alpha_losses) = one(model, jax.random.split(actor_key, args.policy_frequency))
-            return losses.mean(), alpha_losses.mean()
+        def update(model):  # only past learning-starts: the batch and the noises are drawn here, not before
+            batch = buffer.sample(sample_key, args.batch_size)
+            qf_loss, q1 = critic_update(model, batch, jax.random.normal(noise_key, batch[2].shape), args)
 
-        actor_loss, alpha_loss = nnx.cond(delayed, actor_steps, lambda m: (zero, zero), model)
-        nnx.cond(moved, lambda m: polyak(m.critics, m.critics_target, args.tau), lambda m: None, model)
+            def actor_steps(model):  # policy-frequency of them, each with fresh draws
+                @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+                def one(model, key):
+                    return model, actor_update(model, batch[0], jax.random.normal(key, (2, *batch[2].shape)), args)
+                _, (losses, alpha_losses) = one(model, jax.random.split(actor_key, args.policy_frequency))
+                return losses.mean(), alpha_losses.mean()
+
+            actor_loss, alpha_loss = nnx.cond(delayed, actor_steps, lambda m: (zero, zero), model)
+            nnx.cond(moved, lambda m: polyak(m.critics, m.critics_target, args.tau), lambda m: None, model)
+            return qf_loss, q1, actor_loss, alpha_loss
+
+        qf_loss, q1, actor_loss, alpha_loss = nnx.cond(learning, update, lambda m: (zero, zero, zero, zero), model)
         runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
         return (model, runner), (out, learning, delayed, qf_loss, q1, actor_loss, alpha_loss)
 

@@ -331,7 +331,7 @@ def iteration(nets: Networks, opt_states, runner: Runner, tx, env, env_params, a
     """log_frequency env steps as one lax.scan: act, step, store, and on CleanRL's steps update."""
 
     def step(carry, _):
-        nets, (actor_opt_state, q_opt_state), runner = carry  # the networks are pytrees: the scan carries them
+        nets, opt_states, runner = carry  # the networks are pytrees: the scan carries them
         key, act_key, sample_key, noise_key = jax.random.split(runner.key, 4)
         t = runner.global_step
         action = act(nets.actor, runner.obs, act_key, t < args.learning_starts, args.exploration_noise)
@@ -341,16 +341,22 @@ def iteration(nets: Networks, opt_states, runner: Runner, tx, env, env_params, a
         # also a multiple of policy-frequency; with n envs a vector step covers global steps t..t+n-1
         learning = t > args.learning_starts
         delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
-        batch = buffer.sample(sample_key, args.batch_size)
         zero = jnp.float32(0)
-        nets, q_opt_state, qf_loss, q1 = jax.lax.cond(
-            learning, lambda n, o: critic_update(n, o, batch, jax.random.normal(noise_key, batch[2].shape), tx, args),
-            lambda n, o: (n, o, zero, zero), nets, q_opt_state)
-        nets, actor_opt_state, actor_loss = jax.lax.cond(
-            delayed, lambda n, o: actor_update(n, o, batch[0], tx, args.tau), lambda n, o: (n, o, zero),
-            nets, actor_opt_state)
+
+        def update(nets, opt_states):  # only past learning-starts: the batch and the noise are drawn here, not before
+            actor_opt_state, q_opt_state = opt_states
+            batch = buffer.sample(sample_key, args.batch_size)
+            nets, q_opt_state, qf_loss, q1 = critic_update(nets, q_opt_state, batch,
+                                                           jax.random.normal(noise_key, batch[2].shape), tx, args)
+            nets, actor_opt_state, actor_loss = jax.lax.cond(
+                delayed, lambda n, o: actor_update(n, o, batch[0], tx, args.tau), lambda n, o: (n, o, zero),
+                nets, actor_opt_state)
+            return nets, (actor_opt_state, q_opt_state), qf_loss, q1, actor_loss
+
+        nets, opt_states, qf_loss, q1, actor_loss = jax.lax.cond(
+            learning, update, lambda n, o: (n, o, zero, zero, zero), nets, opt_states)
         runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
-        return (nets, (actor_opt_state, q_opt_state), runner), (out, learning, delayed, qf_loss, q1, actor_loss)
+        return (nets, opt_states, runner), (out, learning, delayed, qf_loss, q1, actor_loss)
 
     (nets, opt_states, runner), (out, learning, delayed, qf_loss, q1, actor_loss) = jax.lax.scan(
         step, (nets, opt_states, runner), length=args.log_frequency // args.num_envs)

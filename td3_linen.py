@@ -314,14 +314,20 @@ def iteration(actor_state, critic_state, runner: Runner, env, env_params, args: 
         # also a multiple of policy-frequency; with n envs a vector step covers global steps t..t+n-1
         learning = t > args.learning_starts
         delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
-        batch = buffer.sample(sample_key, args.batch_size)
         zero = jnp.float32(0)
-        critic_state, qf_loss, q1 = jax.lax.cond(
-            learning, lambda cs: critic_update(actor_state, cs, batch, jax.random.normal(noise_key, batch[2].shape),
-                                               bounds, args), lambda cs: (cs, zero, zero), critic_state)
-        actor_state, critic_state, actor_loss = jax.lax.cond(
-            delayed, lambda states: actor_update(*states, batch[0], args.tau), lambda states: (*states, zero),
-            (actor_state, critic_state))
+
+        def update(states):  # only past learning-starts: the batch and the noise are drawn here, not before
+            actor_state, critic_state = states
+            batch = buffer.sample(sample_key, args.batch_size)
+            critic_state, qf_loss, q1 = critic_update(actor_state, critic_state, batch,
+                                                      jax.random.normal(noise_key, batch[2].shape), bounds, args)
+            actor_state, critic_state, actor_loss = jax.lax.cond(
+                delayed, lambda states: actor_update(*states, batch[0], args.tau), lambda states: (*states, zero),
+                (actor_state, critic_state))
+            return actor_state, critic_state, qf_loss, q1, actor_loss
+
+        actor_state, critic_state, qf_loss, q1, actor_loss = jax.lax.cond(
+            learning, update, lambda states: (*states, zero, zero, zero), (actor_state, critic_state))
         runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
         return (actor_state, critic_state, runner), (out, learning, delayed, qf_loss, q1, actor_loss)
 

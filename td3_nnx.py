@@ -327,11 +327,15 @@ def iteration(model: Model, runner: Runner, env, env_params, args: Args):
         # also a multiple of policy-frequency; with n envs a vector step covers global steps t..t+n-1
         learning = t > args.learning_starts
         delayed = learning & ((-t) % args.policy_frequency < args.num_envs)
-        batch = buffer.sample(sample_key, args.batch_size)
         zero = jnp.float32(0)
-        qf_loss, q1 = nnx.cond(learning, lambda m: critic_update(m, batch, jax.random.normal(noise_key, batch[2].shape),
-                                                                 args), lambda m: (zero, zero), model)
-        actor_loss = nnx.cond(delayed, lambda m: actor_update(m, batch[0], args.tau), lambda m: zero, model)
+
+        def update(model):  # only past learning-starts: the batch and the noise are drawn here, not before
+            batch = buffer.sample(sample_key, args.batch_size)
+            qf_loss, q1 = critic_update(model, batch, jax.random.normal(noise_key, batch[2].shape), args)
+            actor_loss = nnx.cond(delayed, lambda m: actor_update(m, batch[0], args.tau), lambda m: zero, model)
+            return qf_loss, q1, actor_loss
+
+        qf_loss, q1, actor_loss = nnx.cond(learning, update, lambda m: (zero, zero, zero), model)
         runner = Runner(key, env_state, out.obs, buffer, t + args.num_envs)
         return (model, runner), (out, learning, delayed, qf_loss, q1, actor_loss)
 
