@@ -2,12 +2,13 @@
 
 sac_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step, the critics', the
 actor's and alpha's losses with their gradients, and Adam's step compiled, each one graph with no break, and with
---torch-env the env's step too; Adam's rate a tensor and its step count on the device (capturable), as CUDA
-graphs need (docs/offpolicy.md).
+--torch-env the env's step too; the twin critics one module run by torch.vmap, their targets moved by one
+in-place lerp; Adam's rate a tensor and its step count on the device (capturable), as CUDA graphs need
+(docs/offpolicy.md).
 
     python sac_torch_compile.py --env-id Pendulum-v1 --total-timesteps 50000
     python sac_torch_compile.py --torch-env            # the env in torch, its step compiled too
-    python sac_torch_compile.py --compile-mode none    # exactly sac_torch.py"""
+    python sac_torch_compile.py --compile-mode none    # eager: sac_torch.py, its critics batched"""
 
 # %% imports
 import time
@@ -227,12 +228,27 @@ class Critic(nn.Module):
         return self.net(torch.cat([obs, action], -1))[..., 0]
 
 
+class TwinCritics(nn.Module):
+    """Both critics as one, LeanRL's way: a Critic whose every parameter holds the two critics' stacked on a
+    first axis, torch.vmap running the two at once (one batched matmul a layer where sac_torch.py runs two)."""
+
+    def __init__(self, qf1: Critic, qf2: Critic):
+        super().__init__()
+        self.stacked = copy.deepcopy(qf1)
+        for (name, p1), p2 in zip(qf1.named_parameters(), qf2.parameters()):
+            path, _, attr = name.rpartition(".")
+            setattr(self.stacked.get_submodule(path), attr, nn.Parameter(torch.stack([p1.detach(), p2.detach()])))
+
+    def forward(self, obs, action):
+        """Both critics' values: (2, batch)."""
+        call = lambda params: torch.func.functional_call(self.stacked, params, (obs, action))
+        return torch.vmap(call)(dict(self.stacked.named_parameters()))
+
+
 class Networks(NamedTuple):
     actor: Actor
-    qf1: Critic
-    qf2: Critic
-    qf1_target: Critic
-    qf2_target: Critic
+    qf: TwinCritics
+    qf_target: TwinCritics
     log_alpha: torch.Tensor  # alpha's log, learned (0: alpha starts at 1, as CleanRL's)
     actor_optimizer: torch.optim.Adam
     q_optimizer: torch.optim.Adam  # one over both critics, as CleanRL's
@@ -243,7 +259,7 @@ def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
     """The actor, the twin critics and their targets (copies), log alpha, and CleanRL's three Adams."""
     hidden, action_dim = MODELS[args.model], len(bounds[0])
     actor = Actor(obs_dim, hidden, bounds).to(device)
-    qf1, qf2 = (Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2))
+    qf = TwinCritics(*(Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2)))
     target = lambda net: copy.deepcopy(net).requires_grad_(False)
     # 0 where tuned (alpha starts at 1, CleanRL's); else the fixed alpha's log, never stepped
     log_alpha = torch.tensor(1.0 if args.autotune else args.alpha, device=device).log().requires_grad_()
@@ -251,8 +267,8 @@ def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
     # the device (capturable), as CUDA graphs need; eager, CleanRL's Adam of sac_torch.py
     kind = dict(foreach=True, capturable=True) if args.compile_mode != "none" else {}
     adam = lambda params, lr: torch.optim.Adam(params, lr=torch.tensor(lr, device=device), **kind)
-    return Networks(actor, qf1, qf2, target(qf1), target(qf2), log_alpha, adam(actor.parameters(), args.policy_lr),
-                    adam([*qf1.parameters(), *qf2.parameters()], args.q_lr), adam([log_alpha], args.q_lr))
+    return Networks(actor, qf, target(qf), log_alpha, adam(actor.parameters(), args.policy_lr),
+                    adam(qf.parameters(), args.q_lr), adam([log_alpha], args.q_lr))
 
 
 # saving and loading: torch's own format, with what it fits
@@ -315,12 +331,12 @@ def critic_grads(nets: Networks, batch, noise, args: Args):
     obs, next_obs, action, reward, terminated = batch
     with torch.no_grad():
         next_action, next_log_prob = nets.actor.sample(next_obs, noise)
-        next_q = torch.minimum(nets.qf1_target(next_obs, next_action), nets.qf2_target(next_obs, next_action))
+        next_q = nets.qf_target(next_obs, next_action).amin(0)
         target = reward + (~terminated).float() * args.gamma * (next_q - alpha_of(nets) * next_log_prob)
-    q1, q2 = nets.qf1(obs, action), nets.qf2(obs, action)
-    loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+    q = nets.qf(obs, action)
+    loss = ((q - target) ** 2).mean(1).sum()
     loss.backward()
-    return loss.detach(), q1.detach().mean()
+    return loss.detach(), q[0].detach().mean()
 
 
 def critic_update(nets: Networks, batch, noise, args: Args):
@@ -340,7 +356,7 @@ def adam_step(optimizer: torch.optim.Adam):
 
 def actor_grads(nets: Networks, obs, noise, args: Args):
     action, log_prob = nets.actor.sample(obs, noise)
-    loss = (alpha_of(nets) * log_prob - torch.minimum(nets.qf1(obs, action), nets.qf2(obs, action))).mean()
+    loss = (alpha_of(nets) * log_prob - nets.qf(obs, action).amin(0)).mean()
     loss.backward()
     return loss.detach()
 
@@ -369,10 +385,9 @@ def actor_update(nets: Networks, obs, noise, args: Args):
 
 
 def polyak(nets: Networks, tau: float):
-    """Each critic target a Polyak step towards its critic."""
+    """Each critic target a Polyak step towards its critic, all at once."""
     with torch.no_grad():
-        for online, target in ((nets.qf1, nets.qf1_target), (nets.qf2, nets.qf2_target)):
-            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+        torch._foreach_lerp_(list(nets.qf_target.parameters()), list(nets.qf.parameters()), tau)
 
 
 # %% training loop

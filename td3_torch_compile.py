@@ -2,12 +2,12 @@
 
 td3_torch.py with the fewest changes that make it fast, LeanRL's way: the policy step, both updates' losses
 with their gradients, and Adam's step compiled, each one graph with no break, and with --torch-env the env's
-step too; Adam's rate a tensor and its step count on the device (capturable), as CUDA graphs need
-(docs/offpolicy.md).
+step too; the twin critics one module run by torch.vmap, every target moved by one in-place lerp; Adam's rate
+a tensor and its step count on the device (capturable), as CUDA graphs need (docs/offpolicy.md).
 
     python td3_torch_compile.py --env-id Pendulum-v1 --total-timesteps 50000 --learning-starts 5000
     python td3_torch_compile.py --torch-env            # the env in torch, its step compiled too
-    python td3_torch_compile.py --compile-mode none    # exactly td3_torch.py
+    python td3_torch_compile.py --compile-mode none    # eager: td3_torch.py, its critics batched
 """
 
 # %% imports
@@ -208,13 +208,33 @@ class Critic(nn.Module):
         return self.net(torch.cat([obs, action], -1))[..., 0]
 
 
+class TwinCritics(nn.Module):
+    """Both critics as one, LeanRL's way: a Critic whose every parameter holds the two critics' stacked on a
+    first axis, torch.vmap running the two at once (one batched matmul a layer where td3_torch.py runs two)."""
+
+    def __init__(self, qf1: Critic, qf2: Critic):
+        super().__init__()
+        self.stacked = copy.deepcopy(qf1)
+        for (name, p1), p2 in zip(qf1.named_parameters(), qf2.parameters()):
+            path, _, attr = name.rpartition(".")
+            setattr(self.stacked.get_submodule(path), attr, nn.Parameter(torch.stack([p1.detach(), p2.detach()])))
+
+    def forward(self, obs, action):
+        """Both critics' values: (2, batch)."""
+        call = lambda params: torch.func.functional_call(self.stacked, params, (obs, action))
+        return torch.vmap(call)(dict(self.stacked.named_parameters()))
+
+    def first(self, obs, action):
+        """The first critic's values alone (the actor's loss)."""
+        params = {name: p[0] for name, p in self.stacked.named_parameters()}
+        return torch.func.functional_call(self.stacked, params, (obs, action))
+
+
 class Networks(NamedTuple):
     actor: Actor
     actor_target: Actor
-    qf1: Critic
-    qf2: Critic
-    qf1_target: Critic
-    qf2_target: Critic
+    qf: TwinCritics
+    qf_target: TwinCritics
     actor_optimizer: torch.optim.Adam
     q_optimizer: torch.optim.Adam  # one over both critics, as CleanRL's
 
@@ -223,14 +243,13 @@ def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
     """The actor and the twin critics, each target a copy, and CleanRL's two Adams (one over both critics)."""
     hidden, action_dim = MODELS[args.model], len(bounds[0])
     actor = Actor(obs_dim, hidden, bounds).to(device)
-    qf1, qf2 = (Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2))
+    qf = TwinCritics(*(Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2)))
     target = lambda net: copy.deepcopy(net).requires_grad_(False)
     # a tensor learning rate; compiled, the multi-tensor Adam fuses into the update and keeps its step count on
     # the device (capturable), as CUDA graphs need; eager, CleanRL's Adam of td3_torch.py
     kind = dict(foreach=True, capturable=True) if args.compile_mode != "none" else {}
     adam = lambda params: torch.optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), **kind)
-    return Networks(actor, target(actor), qf1, qf2, target(qf1), target(qf2), adam(actor.parameters()),
-                    adam([*qf1.parameters(), *qf2.parameters()]))
+    return Networks(actor, target(actor), qf, target(qf), adam(actor.parameters()), adam(qf.parameters()))
 
 
 # saving and loading: torch's own format, with what it fits
@@ -291,12 +310,12 @@ def critic_grads(nets: Networks, batch, noise, args: Args):
         smoothing = (noise * args.policy_noise).clamp(-args.noise_clip, args.noise_clip) * actor_target.action_scale
         low, high = actor_target.action_bias - actor_target.action_scale, actor_target.action_bias + actor_target.action_scale
         next_action = torch.clamp(actor_target(next_obs) + smoothing, low, high)
-        next_q = torch.minimum(nets.qf1_target(next_obs, next_action), nets.qf2_target(next_obs, next_action))
+        next_q = nets.qf_target(next_obs, next_action).amin(0)
         target = reward + (~terminated).float() * args.gamma * next_q
-    q1, q2 = nets.qf1(obs, action), nets.qf2(obs, action)
-    loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+    q = nets.qf(obs, action)
+    loss = ((q - target) ** 2).mean(1).sum()
     loss.backward()
-    return loss.detach(), q1.detach().mean()
+    return loss.detach(), q[0].detach().mean()
 
 
 def critic_update(nets: Networks, batch, noise, args: Args):
@@ -315,19 +334,19 @@ def adam_step(optimizer: torch.optim.Adam):
 
 
 def actor_grads(nets: Networks, obs):
-    loss = -nets.qf1(obs, nets.actor(obs)).mean()
+    loss = -nets.qf.first(obs, nets.actor(obs)).mean()
     loss.backward()
     return loss.detach()
 
 
 def actor_update(nets: Networks, obs, tau: float):
-    """One Adam step up the first critic's value of the actor's action, then every target a Polyak step."""
+    """One Adam step up the first critic's value of the actor's action, then every target a Polyak step, all at once."""
     nets.actor_optimizer.zero_grad()
     loss = actor_grads(nets, obs)
     adam_step(nets.actor_optimizer)
     with torch.no_grad():
-        for online, target in ((nets.actor, nets.actor_target), (nets.qf1, nets.qf1_target), (nets.qf2, nets.qf2_target)):
-            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+        torch._foreach_lerp_([*nets.actor_target.parameters(), *nets.qf_target.parameters()],
+                             [*nets.actor.parameters(), *nets.qf.parameters()], tau)
     return loss
 
 # %% training loop

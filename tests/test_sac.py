@@ -195,22 +195,23 @@ class Torch:
 
     @staticmethod
     def linears(nets, name):
+        """The named network's (weight, bias) per layer, the tensors the script updates."""
         import torch
 
         if name == "actor":
-            return [*(m for m in nets.actor.trunk if isinstance(m, torch.nn.Linear)), nets.actor.fc_mean,
-                    nets.actor.fc_logstd]
-        return [m for m in getattr(nets, name).net if isinstance(m, torch.nn.Linear)]
+            return [(m.weight, m.bias) for m in (*(m for m in nets.actor.trunk if isinstance(m, torch.nn.Linear)),
+                                                  nets.actor.fc_mean, nets.actor.fc_logstd)]
+        return [(m.weight, m.bias) for m in getattr(nets, name).net if isinstance(m, torch.nn.Linear)]
 
-    @staticmethod
-    def make(sac, args, w, log_alpha):
+    @classmethod
+    def make(cls, sac, args, w, log_alpha):
         import torch
 
         nets = sac.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
         with torch.no_grad():
             for name in ("actor", *CRITICS):
-                for linear, (k, b) in zip(Torch.linears(nets, name), w[name]):
-                    linear.weight.copy_(torch.from_numpy(k.T)), linear.bias.copy_(torch.from_numpy(b))
+                for (weight, bias), (k, b) in zip(cls.linears(nets, name), w[name]):
+                    weight.copy_(torch.from_numpy(k.T)), bias.copy_(torch.from_numpy(b))
             nets.log_alpha.fill_(log_alpha)
         return nets
 
@@ -227,10 +228,10 @@ class Torch:
 
         return nets, *sac.actor_update(nets, torch.as_tensor(obs), torch.as_tensor(noise), args)
 
-    @staticmethod
-    def weights(nets):
-        return {**{name: [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy())
-                          for m in Torch.linears(nets, name)] for name in ("actor", *CRITICS)},
+    @classmethod
+    def weights(cls, nets):
+        return {**{name: [(weight.detach().numpy().T.copy(), bias.detach().numpy().copy())
+                          for weight, bias in cls.linears(nets, name)] for name in ("actor", *CRITICS)},
                 "log_alpha": float(nets.log_alpha.detach())}
 
     @staticmethod
@@ -256,12 +257,20 @@ class Torch:
 
 
 class TorchCompiled(Torch):
-    """sac_torch_compile.py: sac_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
+    """sac_torch_compile.py: sac_torch.py's functions, compiled as a run compiles them (CPU's mode), the twin
+    critics (and their targets) one module, each parameter the two critics' stacked."""
 
     @staticmethod
-    def make(sac, args, w, log_alpha):
+    def linears(nets, name):
+        if name.startswith("qf"):
+            twins, i = (nets.qf_target if name.endswith("_target") else nets.qf).stacked, int(name[2]) - 1
+            return [(m.weight[i], m.bias[i]) for m in twins.net if isinstance(m, type(nets.actor.fc_mean))]
+        return Torch.linears(nets, name)
+
+    @classmethod
+    def make(cls, sac, args, w, log_alpha):
         TorchCompiled.compile(sac)
-        return Torch.make(sac, args, w, log_alpha)
+        return super().make(sac, args, w, log_alpha)
 
     @staticmethod
     def stepper(sac, args, seed):

@@ -196,6 +196,12 @@ class Equinox:
         return td3.eqx.filter_jit(evaluate)(state[0].actor, jax.random.key(4))
 
 
+def adam_steps(optimizer) -> int:
+    """A torch Adam's step count (0 before its first step)."""
+    state = optimizer.state.get(optimizer.param_groups[0]["params"][0])
+    return int(state["step"]) if state else 0
+
+
 class Torch:
     """What the tests need of td3_torch.py: its modules and optimizers, changed in place."""
 
@@ -203,17 +209,22 @@ class Torch:
     def linears(net):
         import torch
 
-        return [m for m in net.net if isinstance(m, torch.nn.Linear)]
+        return [(m.weight, m.bias) for m in net.net if isinstance(m, torch.nn.Linear)]
 
-    @staticmethod
-    def make(td3, args, w):
+    @classmethod
+    def layers(cls, nets, name):
+        """The named network's (weight, bias) per layer, the tensors the script updates."""
+        return cls.linears(getattr(nets, name))
+
+    @classmethod
+    def make(cls, td3, args, w):
         import torch
 
         nets = td3.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
         with torch.no_grad():
             for name in reference.TD3_NETS:
-                for linear, (k, b) in zip(Torch.linears(getattr(nets, name)), w[name]):
-                    linear.weight.copy_(torch.from_numpy(k.T)), linear.bias.copy_(torch.from_numpy(b))
+                for (weight, bias), (k, b) in zip(cls.layers(nets, name), w[name]):
+                    weight.copy_(torch.from_numpy(k.T)), bias.copy_(torch.from_numpy(b))
         return nets
 
     @staticmethod
@@ -229,10 +240,10 @@ class Torch:
 
         return nets, td3.actor_update(nets, torch.as_tensor(obs), args.tau)
 
-    @staticmethod
-    def weights(nets):
-        return {name: [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy())
-                       for m in Torch.linears(getattr(nets, name))] for name in reference.TD3_NETS}
+    @classmethod
+    def weights(cls, nets):
+        return {name: [(weight.detach().numpy().T.copy(), bias.detach().numpy().copy())
+                       for weight, bias in cls.layers(nets, name)] for name in reference.TD3_NETS}
 
     @staticmethod
     def stepper(td3, args, seed):
@@ -245,10 +256,9 @@ class Torch:
         buffer = td3.Buffer(args.buffer_size, OBS_DIM, ACTION_DIM, torch.device("cpu"), args.buffer == "host", seed)
         jax_step = jax.jit(partial(td3.env_step, env=env, env_params=env_params, num_envs=args.num_envs))
         runner = td3.Runner(env_state, torch.from_dlpack(obs), 0)
-        count = lambda optimizer, net: int(optimizer.state[next(net.parameters())]["step"]) if optimizer.state else 0
         while True:
             runner, stats = td3.iteration(nets, buffer, runner, lambda s, a: jax_step(s, td3.to_jax(a)), args)
-            yield nets, stats, (count(nets.q_optimizer, nets.qf1), count(nets.actor_optimizer, nets.actor))
+            yield nets, stats, (adam_steps(nets.q_optimizer), adam_steps(nets.actor_optimizer))
 
     @staticmethod
     def act(td3, nets, obs, uniform, noise_scale):
@@ -264,12 +274,20 @@ class Torch:
 
 
 class TorchCompiled(Torch):
-    """td3_torch_compile.py: td3_torch.py's functions, compiled as a run compiles them (CPU's mode)."""
+    """td3_torch_compile.py: td3_torch.py's functions, compiled as a run compiles them (CPU's mode), the twin
+    critics (and their targets) one module, each parameter the two critics' stacked."""
 
-    @staticmethod
-    def make(td3, args, w):
+    @classmethod
+    def layers(cls, nets, name):
+        if name.startswith("qf"):
+            twins = nets.qf_target if name.endswith("_target") else nets.qf
+            return [(weight[int(name[2]) - 1], bias[int(name[2]) - 1]) for weight, bias in cls.linears(twins.stacked)]
+        return cls.linears(getattr(nets, name))
+
+    @classmethod
+    def make(cls, td3, args, w):
         TorchCompiled.compile(td3)
-        return Torch.make(td3, args, w)
+        return super().make(td3, args, w)
 
     @staticmethod
     def stepper(td3, args, seed):
@@ -332,10 +350,9 @@ class TorchGymnasium(Torch):
         nets = td3.make_networks(OBS_DIM, BOUNDS, args, torch.device("cpu"))
         buffer = buffer or TorchGymnasium.buffer(td3, args)
         runner = td3.Runner(env_state, obs, 0)
-        count = lambda optimizer, net: int(optimizer.state[next(net.parameters())]["step"]) if optimizer.state else 0
         while True:
             runner, stats = td3.iteration(nets, buffer, runner, envs, args)
-            yield nets, stats, (count(nets.q_optimizer, nets.qf1), count(nets.actor_optimizer, nets.actor))
+            yield nets, stats, (adam_steps(nets.q_optimizer), adam_steps(nets.actor_optimizer))
 
     @staticmethod
     def buffer(td3, args):
