@@ -173,10 +173,12 @@ Everything after -- goes to every script, e.g. -- --num-envs 64
 
 Variants: dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compile dqn_torch_compile-host
   dqn_torch-torchenv dqn_torch_compile-torchenv dqn_torch_gymnasium dqn_torch_gymnasium-host
-  dqn_linen_gymnasium dqn_linen_gymnasium-host (DQN)
+  dqn_torch_compile_gymnasium dqn_torch_compile_gymnasium-host dqn_linen_gymnasium
+  dqn_linen_gymnasium-host (DQN)
   td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torchenv td3_torch_compile
   td3_torch_compile-host td3_torch_compile-torchenv td3_torch_gymnasium td3_torch_gymnasium-host
-  td3_linen_gymnasium td3_linen_gymnasium-host, and sac_ the same (TD3 and SAC)
+  td3_torch_compile_gymnasium td3_torch_compile_gymnasium-host td3_linen_gymnasium
+  td3_linen_gymnasium-host, and sac_ the same (TD3 and SAC)
   linen linen-nojit nnx nnx-nojit nnx_cached equinox equinox-nojit torch
   torch-nojitenv torch-torchenv torch_compile torch_compile-default torch_compile-reduce-overhead
   torch_compile-default-torchenv
@@ -257,7 +259,8 @@ TUNING=(linen:xla-n linen:xla-1 torch:xla-n torch:xla-1 torch:torch-1 torch:omp-
         torch_compile-update+policy:xla-n torch_compile-grads:xla-1)
 DQN=(dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch-host dqn_torch_compile dqn_torch_compile-host  # dqn
      dqn_torch-torchenv dqn_torch_compile-torchenv
-     dqn_torch_gymnasium dqn_torch_gymnasium-host dqn_linen_gymnasium dqn_linen_gymnasium-host)
+     dqn_torch_gymnasium dqn_torch_gymnasium-host dqn_torch_compile_gymnasium dqn_torch_compile_gymnasium-host
+     dqn_linen_gymnasium dqn_linen_gymnasium-host)
 DQN_LEARNING=(dqn_linen dqn_nnx dqn_equinox dqn_torch dqn_torch_compile dqn_torch_gymnasium    # dqn-learning
               dqn_linen_gymnasium)
 TRAIN_FREQUENCIES=(1 4 10)   # dqn: the update-to-data ratio, one update every k env steps
@@ -269,7 +272,8 @@ OFFPOLICY=(td3_linen td3_nnx td3_equinox td3_torch td3_torch-host td3_torch-torc
            sac_linen sac_nnx sac_equinox sac_torch sac_torch-host sac_torch-torchenv
            sac_torch_compile sac_torch_compile-host sac_torch_compile-torchenv)
 OFFPOLICY_ARGS="--total-timesteps,25000,--learning-starts,5000"  # 20 iterations that train, 4 that fill
-OFFPOLICY_LEARNING=(td3_torch_gymnasium td3_linen_gymnasium sac_torch_gymnasium sac_linen_gymnasium)  # on MuJoCo
+OFFPOLICY_LEARNING=(td3_torch_gymnasium td3_torch_compile_gymnasium td3_linen_gymnasium    # on MuJoCo
+                    sac_torch_gymnasium sac_torch_compile_gymnasium sac_linen_gymnasium)
 OFFPOLICY_LEARNING_ARGS="--total-timesteps,200000"  # the least; each script's CleanRL learning-starts
 OFFPOLICY_CLEANRL_ARGS="--total-timesteps,50000"  # offpolicy-cleanrl: TD3 trains for 25 iterations, SAC for 45
 OFFPOLICY_LEARNING_CLEANRL=(cleanrl_td3_continuous_action cleanrl_td3_continuous_action_jax  # with --cleanrl
@@ -344,9 +348,9 @@ variant_command() {
     env-gymnax|env-sync|env-async|env-vector|env-envpool|env-mjx|env-torch|env-torch-compile|env-gymnax-dlpack)
       echo "env_alone.py --backend ${1#env-}" ;;
     linen_agents|nnx_agents|torch_agents) echo "ppo_$1.py" ;;
-    dqn_linen|dqn_nnx|dqn_equinox|dqn_torch|dqn_torch_compile|dqn_torch_gymnasium|dqn_linen_gymnasium) echo "$1.py" ;;
-    td3_linen|td3_nnx|td3_equinox|td3_torch|td3_torch_compile|td3_torch_gymnasium|td3_linen_gymnasium) echo "$1.py" ;;
-    sac_linen|sac_nnx|sac_equinox|sac_torch|sac_torch_compile|sac_torch_gymnasium|sac_linen_gymnasium) echo "$1.py" ;;
+    dqn_linen|dqn_nnx|dqn_equinox|dqn_torch|dqn_torch_compile|dqn_torch_gymnasium|dqn_torch_compile_gymnasium|dqn_linen_gymnasium) echo "$1.py" ;;
+    td3_linen|td3_nnx|td3_equinox|td3_torch|td3_torch_compile|td3_torch_gymnasium|td3_torch_compile_gymnasium|td3_linen_gymnasium) echo "$1.py" ;;
+    sac_linen|sac_nnx|sac_equinox|sac_torch|sac_torch_compile|sac_torch_gymnasium|sac_torch_compile_gymnasium|sac_linen_gymnasium) echo "$1.py" ;;
     dqn_*-host|td3_*-host|sac_*-host) echo "${1%-host}.py --buffer host" ;;
     dqn_*-torchenv|td3_*-torchenv|sac_*-torchenv) echo "${1%-torchenv}.py --torch-env" ;;
     torch_agents_compile) echo "ppo_torch_agents.py --compile" ;;

@@ -306,6 +306,11 @@ def to_jax(action: torch.Tensor):
     return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
 
 
+def tensor(x) -> torch.Tensor:
+    """JAX -> torch without a copy (DLPack); the env in torch's tensors as they are, with no DLPack round trip."""
+    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+
+
 @torch.no_grad()
 def greedy(q_network, obs):
     return q_network(obs).argmax(-1)
@@ -332,8 +337,7 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
         with region("env_step", args.profile):  # harness
             env_state, out = env_step_fn(runner.env_state, action)
         with region("buffer", args.profile):  # harness
-            buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
-                       torch.from_dlpack(out.terminated))
+            buffer.add(runner.obs, tensor(out.final_obs), action, tensor(out.reward), tensor(out.terminated))
         # CleanRL trains where global_step > learning-starts is a multiple of train-frequency; with n envs a vector
         # step covers global steps t..t+n-1 (one of them a multiple of k where (-t) % k < n)
         learning = t > args.learning_starts
@@ -346,7 +350,7 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
                 with torch.no_grad():
                     for target, online in zip(target_network.parameters(), q_network.parameters()):
                         target.copy_(args.tau * online + (1.0 - args.tau) * target)
-        runner = Runner(env_state, torch.from_dlpack(out.obs), t + args.num_envs)
+        runner = Runner(env_state, tensor(out.obs), t + args.num_envs)
         steps.append(out)
     out = stack_steps(steps)
     updates = len(losses)

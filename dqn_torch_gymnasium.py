@@ -301,15 +301,18 @@ class Runner(NamedTuple):
     rng: np.random.Generator  # exploration's draws
 
 
+@torch.no_grad()
+def greedy(q_network, obs):
+    return q_network(obs).argmax(-1)
+
+
 def act(q_network, obs: np.ndarray, epsilon: float, rng: np.random.Generator, device) -> np.ndarray:
     """Each env's action: a uniform one with probability epsilon, else the greedy one. Drawn on the host, as
     CleanRL's, so that a step where every env explores skips the network and its trip to the device."""
     explore, action = rng.random(len(obs)) < epsilon, rng.integers(0, q_network.num_actions, len(obs), np.int32)
     if explore.all():
         return action
-    with torch.no_grad():
-        greedy = q_network(torch.from_numpy(obs).to(device)).argmax(-1)
-    return np.where(explore, action, greedy.int().cpu().numpy())
+    return np.where(explore, action, greedy(q_network, torch.from_numpy(obs).to(device)).int().cpu().numpy())
 
 
 def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runner, envs, args: Args):

@@ -412,6 +412,11 @@ def to_jax(action: torch.Tensor):
     return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
 
 
+def tensor(x) -> torch.Tensor:
+    """JAX -> torch without a copy (DLPack); the env in torch's tensors as they are, with no DLPack round trip."""
+    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+
+
 @torch.no_grad()
 def act(actor: Actor, obs, uniform: bool):
     """Each env's action: uniform in the bounds (before learning starts), else a sample of the actor."""
@@ -433,8 +438,7 @@ def iteration(nets: Networks, buffer: Buffer, runner: Runner, env_step_fn, args:
         with region("env_step", args.profile):  # harness
             env_state, out = env_step_fn(runner.env_state, action)
         with region("buffer", args.profile):  # harness
-            buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
-                       torch.from_dlpack(out.terminated))
+            buffer.add(runner.obs, tensor(out.final_obs), action, tensor(out.reward), tensor(out.terminated))
         # CleanRL updates the critics at every global_step > learning-starts, the actor and alpha policy-frequency
         # times where it is also a multiple of policy-frequency, the targets where it is one of
         # target-network-frequency; with n envs a vector step covers global steps t..t+n-1
@@ -452,7 +456,7 @@ def iteration(nets: Networks, buffer: Buffer, runner: Runner, env_step_fn, args:
                         actor_losses.append(loss.clone()), alpha_losses.append(alpha_loss.clone())
                 if (-t) % args.target_network_frequency < args.num_envs:
                     polyak(nets, args.tau)
-        runner = Runner(env_state, torch.from_dlpack(out.obs), t + args.num_envs)
+        runner = Runner(env_state, tensor(out.obs), t + args.num_envs)
         steps.append(out)
     out = stack_steps(steps)
     mean = lambda xs: torch.stack(xs).mean() if xs else 0.0
@@ -569,6 +573,8 @@ def traced(args: Args) -> range:  # harness
 
 def invalid(args: Args) -> str | None:  # harness
     """Why these arguments cannot run, beyond each one's range (check_args asks first), or None."""
+    if args.compile_mode == "reduce-overhead" and torch_device().type != "cuda":
+        return "--compile-mode reduce-overhead replays CUDA graphs, and torch has no CUDA device here: use default"
     if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
         return (f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
                 f"total_timesteps={args.total_timesteps}")

@@ -340,6 +340,11 @@ def to_jax(action: torch.Tensor):
     return jnp.from_dlpack(action) if action.is_cuda else action.numpy()
 
 
+def tensor(x) -> torch.Tensor:
+    """JAX -> torch without a copy (DLPack); the env in torch's tensors as they are, with no DLPack round trip."""
+    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+
+
 @torch.no_grad()
 def act(actor: Actor, obs, uniform: bool, noise_scale: float):
     """Each env's action: uniform in the bounds (before learning starts), else the actor's plus Gaussian noise of
@@ -361,8 +366,7 @@ def iteration(nets: Networks, buffer: Buffer, runner: Runner, env_step_fn, args:
         with region("env_step", args.profile):  # harness
             env_state, out = env_step_fn(runner.env_state, action)
         with region("buffer", args.profile):  # harness
-            buffer.add(runner.obs, torch.from_dlpack(out.final_obs), action, torch.from_dlpack(out.reward),
-                       torch.from_dlpack(out.terminated))
+            buffer.add(runner.obs, tensor(out.final_obs), action, tensor(out.reward), tensor(out.terminated))
         # CleanRL updates the critics at every global_step > learning-starts, the actor and the targets where it is
         # also a multiple of policy-frequency; with n envs a vector step covers global steps t..t+n-1
         with region("update", args.profile):  # harness
@@ -372,7 +376,7 @@ def iteration(nets: Networks, buffer: Buffer, runner: Runner, env_step_fn, args:
                 qf_losses.append(qf_loss), q1s.append(q1)
                 if (-t) % args.policy_frequency < args.num_envs:
                     actor_losses.append(actor_update(nets, batch[0], args.tau))
-        runner = Runner(env_state, torch.from_dlpack(out.obs), t + args.num_envs)
+        runner = Runner(env_state, tensor(out.obs), t + args.num_envs)
         steps.append(out)
     out = stack_steps(steps)
     mean = lambda xs: torch.stack(xs).mean() if xs else 0.0

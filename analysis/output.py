@@ -33,10 +33,11 @@ VARIANT_COLORS = {
     "dqn_torch-host": "#c5b0d5", "dqn_torch_compile": "#8c564b", "dqn_torch_compile-host": "#c49c94",
     "dqn_torch_gymnasium": "#17becf", "dqn_torch_gymnasium-host": "#9edae5", "dqn_linen_gymnasium": "#bcbd22",
     "dqn_linen_gymnasium-host": "#e7e78a", "dqn_torch-torchenv": "#4b2a7b", "dqn_torch_compile-torchenv": "#4a2e27",
+    "dqn_torch_compile_gymnasium": "#0a5f66", "dqn_torch_compile_gymnasium-host": "#5fb7c4",
 }
 OFFPOLICY_AS_DQN = ("linen", "nnx", "equinox", "torch", "torch-host", "torch-torchenv", "torch_compile", "torch_compile-host",
-                    "torch_compile-torchenv", "torch_gymnasium", "torch_gymnasium-host", "linen_gymnasium",
-                    "linen_gymnasium-host")  # TD3's and SAC's variants, coloured and named as DQN's
+                    "torch_compile-torchenv", "torch_gymnasium", "torch_gymnasium-host", "torch_compile_gymnasium",
+                    "torch_compile_gymnasium-host", "linen_gymnasium", "linen_gymnasium-host")  # TD3's and SAC's variants, coloured and named as DQN's
 VARIANT_COLORS |= {f"{alg}_{v}": VARIANT_COLORS[f"dqn_{v}"] for alg in ("td3", "sac") for v in OFFPOLICY_AS_DQN}
 MODEL_MARKERS = {"small": "o", "medium": "s", "large": "^"}
 # what each variant compiles, in the tables' words; torch_compile's depends on the run (compile_scope)
@@ -49,6 +50,8 @@ NAMES = {"linen": "Flax Linen", "nnx": "Flax NNX", "nnx_cached": "Flax NNX, nnx.
          "dqn_torch_compile-host": "PyTorch, torch.compile, buffer on the host",
          "dqn_torch_gymnasium": "PyTorch, eager, Gymnasium's env",
          "dqn_torch_gymnasium-host": "PyTorch, eager, Gymnasium's env, buffer on the host",
+         "dqn_torch_compile_gymnasium": "PyTorch, torch.compile, Gymnasium's env",
+         "dqn_torch_compile_gymnasium-host": "PyTorch, torch.compile, Gymnasium's env, buffer on the host",
          "dqn_linen_gymnasium": "Flax Linen, Gymnasium's env",
          "dqn_linen_gymnasium-host": "Flax Linen, Gymnasium's env, buffer on the host",
          "dqn_torch-torchenv": "PyTorch, eager, its env in torch",

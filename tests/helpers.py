@@ -25,6 +25,13 @@ COMPILED_TWINS = {"ppo_torch.py": "ppo_torch_compile.py", "ppo_torch_gymnasium.p
 DQN_SCRIPTS = sorted(p.name for p in ROOT.glob("dqn_*.py"))  # off-policy: tests/test_dqn.py
 TD3_SCRIPTS = sorted(p.name for p in ROOT.glob("td3_*.py"))  # off-policy, continuous: tests/test_td3.py
 SAC_SCRIPTS = sorted(p.name for p in ROOT.glob("sac_*.py"))  # off-policy, continuous, stochastic: tests/test_sac.py
+# the compiled off-policy CPU-env twins: their functions are the compiled Gymnax script's text and their loop the eager
+# twin's, line for line (tests/test_shape.py), so a test that proves only those runs them in the originals alone
+TEXT_COPIES = {f"{algo}_torch_compile_gymnasium.py" for algo in ("dqn", "td3", "sac")}
+
+
+def originals(scripts: list[str]) -> list[str]:
+    return [s for s in scripts if s not in TEXT_COPIES]
 ONE_AGENT_SCRIPTS = [s for s in SCRIPTS if s not in AGENT_SCRIPTS]  # what the framework adapters load
 CONTINUOUS_SCRIPTS = ONE_AGENT_SCRIPTS  # the Gaussian head: every script (the agent scripts: tests/test_agents.py)
 

@@ -223,18 +223,20 @@ def test_hosts_preset_runs_one_setup_for_each_regime_it_names():
 
 
 def test_dqn_presets():
-    """dqn: every DQN script, the torch ones and the CPU-env twins with each buffer, the torch ones on the env in
-    torch, at each train frequency in its own folder and with 10 envs, for the preset's steps and no PPO flag;
+    """dqn: every DQN script, the torch ones and the CPU-env twins (the compiled one too) with each buffer, the torch
+    ones on the env in torch, at each train frequency in its own folder and with 10 envs, for the preset's steps and
+    no PPO flag;
     dqn-learning: every script at CleanRL's defaults, and Linen and eager torch learning from Breakout's images."""
     lines = planned("dqn")
-    assert len(lines) == 13 * 4 and len(set(lines)) == len(lines)
+    assert len(lines) == 15 * 4 and len(set(lines)) == len(lines)
     for k in (1, 4, 10):
         mine = [line for line in lines if f"/tf{k} " in line]
-        assert len(mine) == 13 and all(line.endswith(f"--total-timesteps 25000 --train-frequency {k}") for line in mine)
+        assert len(mine) == 15 and all(line.endswith(f"--total-timesteps 25000 --train-frequency {k}") for line in mine)
     many = [line for line in lines if "/envs10 " in line]
-    assert len(many) == 13 and all(line.endswith("--total-timesteps 25000 --num-envs 10 --train-frequency 10")
+    assert len(many) == 15 and all(line.endswith("--total-timesteps 25000 --num-envs 10 --train-frequency 10")
                                    for line in many)
-    assert sum("--buffer host" in line for line in lines) == 4 * 4
+    assert sum("--buffer host" in line for line in lines) == 5 * 4
+    assert sum("dqn_torch_compile_gymnasium.py" in line for line in lines) == 2 * 4
     assert sum("--torch-env" in line for line in lines) == 2 * 4
     assert not any("--sync-timing" in line or "--num-iterations" in line for line in planned("dqn", "--iterations", "30"))
     learning = planned("dqn-learning", "--repeats", "3")
@@ -264,14 +266,15 @@ def test_offpolicy_preset():
 
 
 def test_offpolicy_learning_preset():
-    """offpolicy-learning: TD3's and SAC's CPU-env twins on HalfCheetah-v5 for 200,000 env steps, each script's own
-    (CleanRL's) learning starts; --envs keeps MuJoCo's tasks only, as the twins step no other."""
+    """offpolicy-learning: TD3's and SAC's CPU-env twins (eager and compiled PyTorch, Linen) on HalfCheetah-v5 for
+    200,000 env steps, each script's own (CleanRL's) learning starts; --envs keeps MuJoCo's tasks only, as the
+    twins step no other."""
     lines = planned("offpolicy-learning", "--repeats", "3")
-    assert len(lines) == 4 * 3 and len(set(lines)) == len(lines)
-    assert all(re.search(r"python (td3|sac)_(torch|linen)_gymnasium\.py --env-id HalfCheetah-v5 --model small "
+    assert len(lines) == 6 * 3 and len(set(lines)) == len(lines)
+    assert all(re.search(r"python (td3|sac)_(torch|torch_compile|linen)_gymnasium\.py --env-id HalfCheetah-v5 --model small "
                          r"--seed (?P<seed>\d) --log-dir runs/offpolicy-learning/r(?P=seed) --total-timesteps 200000$",
                          line) for line in lines), lines
-    assert len(planned("offpolicy-learning", "--envs", "HalfCheetah-v5,CartPole-v1")) == 4
+    assert len(planned("offpolicy-learning", "--envs", "HalfCheetah-v5,CartPole-v1")) == 6
     assert planned("offpolicy-learning", "--envs", "Pendulum-v1") == []
 
 
@@ -307,12 +310,12 @@ def test_cleanrl_presets(tmp_path):
     cleanrl = fake_cleanrl(tmp_path / "cleanrl")
     lines = planned("offpolicy-cleanrl", "--cleanrl", cleanrl, "--repeats", "2")
     theirs = [line for line in lines if str(cleanrl) in line]
-    assert len(lines) == 7 * 2 and len(theirs) == 3 * 2
+    assert len(lines) == 9 * 2 and len(theirs) == 3 * 2
     assert all(re.search(rf" {re.escape(str(cleanrl))}/cleanrl/(td3_continuous_action|td3_continuous_action_jax|"
                          r"sac_continuous_action)\.py --env-id HalfCheetah-v5 --seed \d --total-timesteps 50000$",
                          line) for line in theirs), theirs
     assert all(line.endswith("--total-timesteps 50000") for line in lines)
-    assert len(planned("offpolicy-learning", "--cleanrl", cleanrl)) == 7
+    assert len(planned("offpolicy-learning", "--cleanrl", cleanrl)) == 9
     dqn = planned("dqn-learning", "--cleanrl", cleanrl)
     assert {next(word for word in line.split() if word.endswith(".py")) for line in dqn if str(cleanrl) in line} == {
         f"{cleanrl}/cleanrl/dqn.py", f"{cleanrl}/cleanrl/dqn_jax.py"}

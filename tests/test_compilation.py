@@ -5,7 +5,8 @@ torch.compile's mode none is the eager script."""
 import collections
 
 import pytest
-from helpers import COMPILED_TWINS, GYMNASIUM_SCRIPTS, SCRIPTS, TINY, TINY_ARGS, load, run_ok, scalars, train_in_process
+from helpers import (COMPILED_TWINS, GYMNASIUM_SCRIPTS, ROOT, SCRIPTS, TINY, TINY_ARGS, load, refused_in_process, run_ok,
+                     scalars, train_in_process)
 
 JAX_SCRIPTS = [s for s in SCRIPTS if "torch" not in s]
 GYMNAX_SCRIPTS = [s for s in SCRIPTS if s not in GYMNASIUM_SCRIPTS]
@@ -186,3 +187,15 @@ def test_offpolicy_compiled_one_graph_each_no_break_no_new_graph(script, torch_e
         fetch = reads - handover
         assert set(fetch) <= {"__float__", "jax array"} and fetch.total() <= statistics, f"iteration {i}: {dict(reads)}"
         assert reads - fetch == handover, f"iteration {i}: host reads {dict(reads)}"
+
+
+OFFPOLICY_COMPILED_SCRIPTS = sorted(p.name for p in ROOT.glob("*_torch_compile*.py") if not p.name.startswith("ppo"))
+
+
+@pytest.mark.parametrize("script", OFFPOLICY_COMPILED_SCRIPTS)
+def test_cuda_graphs_without_cuda_are_refused(script, tmp_path, monkeypatch, capsys):
+    """--compile-mode reduce-overhead replays CUDA graphs: where torch has no CUDA device (here), a compiled
+    off-policy script says so in one line, exit 2, nothing written, rather than run another mode under its name."""
+    assert len(OFFPOLICY_COMPILED_SCRIPTS) == 6
+    line = refused_in_process(script, ["--compile-mode", "reduce-overhead"], tmp_path / "runs", monkeypatch, capsys)
+    assert "reduce-overhead replays CUDA graphs, and torch has no CUDA device here" in line

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import reference
 from adapters import recorded_evaluation
-from helpers import (DQN_SCRIPTS, OFFPOLICY_REGIONS, check_profiled, load, offpolicy_tiny, read_json,
+from helpers import (DQN_SCRIPTS, OFFPOLICY_REGIONS, check_profiled, load, offpolicy_tiny, originals, read_json,
                      ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 
 TINY, PROFILED = offpolicy_tiny(2000, 500, 125, 25)
@@ -298,8 +298,23 @@ class TorchGymnasium(Torch):
         return dqn.evaluate(state[0], args, num_episodes, epsilon, 1)
 
 
+class TorchCompiledGymnasium(TorchGymnasium):
+    """dqn_torch_compile_gymnasium.py: dqn_torch_gymnasium.py with dqn_torch_compile.py's compiled functions."""
+
+    @staticmethod
+    def make(dqn, args, layers, target):
+        TorchCompiled.compile(dqn)
+        return Torch.make(dqn, args, layers, target)
+
+    @staticmethod
+    def stepper(dqn, args, seed, vectorization="sync", buffer=None):
+        TorchCompiled.compile(dqn)
+        return TorchGymnasium.stepper(dqn, args, seed, vectorization, buffer)
+
+
 ADAPTERS = {"dqn_linen.py": Linen, "dqn_nnx.py": Nnx, "dqn_equinox.py": Equinox, "dqn_torch.py": Torch,
             "dqn_torch_compile.py": TorchCompiled, "dqn_torch_gymnasium.py": TorchGymnasium,
+            "dqn_torch_compile_gymnasium.py": TorchCompiledGymnasium,
             "dqn_linen_gymnasium.py": LinenGymnasium}
 CPU_ENV = [s for s in DQN_SCRIPTS if "gymnasium" in s]  # the scripts that step Gymnasium's envs
 
@@ -316,7 +331,7 @@ def random_batch(rng, n, obs_dim, num_actions):
             rng.random(n) < 0.5)
 
 
-@pytest.mark.parametrize("script", DQN_SCRIPTS)
+@pytest.mark.parametrize("script", originals(DQN_SCRIPTS))
 def test_td_update_matches_the_reference(script):
     """Three Adam steps on three batches: the loss, the Q-values taken and every weight after each step, with
     online and target networks that differ (a target from the online network would show)."""
@@ -483,7 +498,7 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
     assert not outside(obs).any()  # a reset step stored would start from a final observation
 
 
-@pytest.mark.parametrize("script", DQN_SCRIPTS)
+@pytest.mark.parametrize("script", originals(DQN_SCRIPTS))
 def test_a_run_writes_the_contract_and_reloads(script, tmp_path, monkeypatch):
     """A tiny run (traced by --profile): run.json with what ran, the tags, summary.json, the trace; its saved
     model, loaded with no training,

@@ -208,9 +208,10 @@ def runs(tmp_path_factory):
 
 
 def cases(scripts) -> list:
-    """(script, compiled) for each script, eager, and the compiled scripts again in their default compile mode."""
-    return [pytest.param(s, False, id=s) for s in scripts] + [
-        pytest.param(s, True, id=f"{s}-compiled") for s in scripts if s.endswith("_compile.py")]
+    """(script, compiled) for each script, eager, and the compiled scripts again in their default compile mode; a
+    compiled CPU-env twin in that mode only (eager, it is its eager twin's loop and host draws: tests/test_shape.py)."""
+    return [pytest.param(s, False, id=s) for s in scripts if not s.endswith("_compile_gymnasium.py")] + [
+        pytest.param(s, True, id=f"{s}-compiled") for s in scripts if "_compile" in s]
 
 
 # ---- statistics, each bound about five standard errors wide: far tighter than a wrong distribution's distance

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import reference
 from adapters import recorded_evaluation
-from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, check_profiled, load, offpolicy_tiny, read_json,
+from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, check_profiled, load, offpolicy_tiny, originals, read_json,
                      ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 
 TINY, PROFILED = offpolicy_tiny(600, 200, 50, 10)
@@ -338,9 +338,26 @@ class TorchGymnasium(Torch):
         return sac.evaluate(nets.actor, args, num_episodes, 1)
 
 
+class TorchCompiledGymnasium(TorchGymnasium):
+    """sac_torch_compile_gymnasium.py: sac_torch_gymnasium.py with sac_torch_compile.py's networks and compiled
+    functions."""
+
+    linears = TorchCompiled.linears
+
+    @classmethod
+    def make(cls, sac, args, w, log_alpha):
+        TorchCompiled.compile(sac)
+        return super().make(sac, args, w, log_alpha)
+
+    @staticmethod
+    def stepper(sac, args, seed, vectorization="sync", buffer=None):
+        TorchCompiled.compile(sac)
+        return TorchGymnasium.stepper(sac, args, seed, vectorization, buffer)
+
+
 ADAPTERS = {"sac_equinox.py": Equinox, "sac_linen.py": Linen, "sac_nnx.py": Nnx, "sac_torch.py": Torch,
             "sac_torch_compile.py": TorchCompiled, "sac_linen_gymnasium.py": LinenGymnasium,
-            "sac_torch_gymnasium.py": TorchGymnasium}
+            "sac_torch_gymnasium.py": TorchGymnasium, "sac_torch_compile_gymnasium.py": TorchCompiledGymnasium}
 
 
 def random_weights(rng):
@@ -376,7 +393,7 @@ def assert_weights(got, expected, names):
             assert far.mean() <= 1e-4 and off.max() < 3e-4, (name, int(far.sum()), float(off.max()))
 
 
-@pytest.mark.parametrize("script", SAC_SCRIPTS)
+@pytest.mark.parametrize("script", originals(SAC_SCRIPTS))
 def test_critic_actor_and_alpha_updates_match_the_reference(script):
     """A critic step at alpha 0.3, then an actor step and a step of log alpha: the losses, the first critic's
     values, every weight and log alpha after each, the critic targets untouched."""
@@ -461,7 +478,7 @@ def test_evaluation_acts_on_the_squashed_mean_in_the_bounds(script, monkeypatch)
     assert expected.std() > 0.3 and np.abs(expected).max() > 1  # actions across the bounds, not near one value
 
 
-@pytest.mark.parametrize("script", SAC_SCRIPTS)
+@pytest.mark.parametrize("script", originals(SAC_SCRIPTS))
 def test_a_run_writes_the_contract_and_reloads(script, tmp_path, monkeypatch):
     """A tiny run (traced by --profile): run.json with what ran, the tags, summary.json, the trace; its saved
     model, loaded with no training,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import reference
 from adapters import recorded_evaluation
-from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, TD3_SCRIPTS, check_profiled, load, offpolicy_tiny, read_json,
-                     ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
+from helpers import (OFFPOLICY_REGIONS, SAC_SCRIPTS, TD3_SCRIPTS, check_profiled, load, offpolicy_tiny, originals,
+                     read_json, ran_in_process, refused_in_a_fresh_process, refused_in_process, run_ok, scalars)
 from test_sac import ADAPTERS as SAC_ADAPTERS
 from test_sac import flat_layers
 
@@ -365,9 +365,31 @@ class TorchGymnasium(Torch):
         return td3.evaluate(nets.actor, args, num_episodes, 1)
 
 
+class TorchCompiledGymnasium(TorchGymnasium):
+    """td3_torch_compile_gymnasium.py: td3_torch_gymnasium.py with td3_torch_compile.py's networks and compiled
+    functions."""
+
+    layers = TorchCompiled.layers
+
+    @classmethod
+    def make(cls, td3, args, w):
+        TorchCompiled.compile(td3)
+        return super().make(td3, args, w)
+
+    @staticmethod
+    def stepper(td3, args, seed, vectorization="sync", buffer=None):
+        TorchCompiled.compile(td3)
+        return TorchGymnasium.stepper(td3, args, seed, vectorization, buffer)
+
+    @staticmethod
+    def act(td3, nets, obs, uniform, noise_scale):
+        TorchCompiled.compile(td3)
+        return Torch.act(td3, nets, obs, uniform, noise_scale)
+
+
 ADAPTERS = {"td3_linen.py": Linen, "td3_nnx.py": Nnx, "td3_equinox.py": Equinox, "td3_torch.py": Torch,
             "td3_torch_compile.py": TorchCompiled, "td3_linen_gymnasium.py": LinenGymnasium,
-            "td3_torch_gymnasium.py": TorchGymnasium}
+            "td3_torch_gymnasium.py": TorchGymnasium, "td3_torch_compile_gymnasium.py": TorchCompiledGymnasium}
 CPU_ENV = [s for s in TD3_SCRIPTS + SAC_SCRIPTS if "gymnasium" in s]  # those that step Gymnasium's or EnvPool's envs
 
 
@@ -394,7 +416,7 @@ def assert_weights(got, expected, names):
             np.testing.assert_allclose(b, b_ref, rtol=1e-4, atol=2e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("script", TD3_SCRIPTS)
+@pytest.mark.parametrize("script", originals(TD3_SCRIPTS))
 def test_critic_and_actor_updates_match_the_reference(script):
     """Two critic steps on two batches, then the actor's step and the targets' Polyak steps: the losses, the first
     critic's values and every weight after each, with every network apart from its target (a target from the
@@ -519,7 +541,7 @@ def test_a_cpu_env_stores_every_transition_and_only_those(script, vectorization)
     assert not terminated.any()
 
 
-@pytest.mark.parametrize("script", TD3_SCRIPTS)
+@pytest.mark.parametrize("script", originals(TD3_SCRIPTS))
 def test_a_run_writes_the_contract_and_reloads(script, tmp_path, monkeypatch):
     """A tiny run (traced by --profile): run.json with what ran, the tags, summary.json, the trace; its saved
     model, loaded with no training,

@@ -1,0 +1,914 @@
+"""TD3 with PyTorch and torch.compile, on Gymnasium environments stepped on the CPU (benchback).
+
+td3_torch_gymnasium.py with td3_torch_compile.py's changes (LeanRL's), so `diff td3_torch_gymnasium.py
+td3_torch_compile_gymnasium.py` shows what compiling changes and `diff td3_torch_compile.py
+td3_torch_compile_gymnasium.py` what a CPU environment changes. The envs step on the host as --vectorization
+says (Gymnasium's sync or async, EnvPool's C++ threads); on CUDA the compiled steps replay as CUDA graphs.
+
+    python td3_torch_compile_gymnasium.py --env-id HalfCheetah-v5 --total-timesteps 200000
+    python td3_torch_compile_gymnasium.py --compile-mode none    # eager
+"""
+
+# %% imports
+import time
+
+START_TIME = time.time()  # harness: before the heavy imports, so the startup time counts them
+
+import copy
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from rich.progress import Progress
+from tensorboard.summary import Writer  # numpy-only event writer: no torch, no TensorFlow
+
+# %% Args
+@dataclass
+class Args:
+    env_id: str = "Pendulum-v1"
+    """a Gymnasium env with continuous actions: a MuJoCo task, or Pendulum-v1 (Gymnax's twin)"""
+    vectorization: Literal["sync", "async", "envpool"] = "sync"
+    """how the envs step: sync (a Python loop over Gymnasium envs), async (a worker process per env), envpool (C++ threads)"""
+    model: Literal["small"] = "small"
+    """the actor and critics: small=CleanRL's (256, 256) MLPs"""
+    total_timesteps: int = 1_000_000
+    """env steps of the whole run, over all envs"""
+    learning_rate: float = 3e-4
+    """Adam learning rate of the actor and the critics"""
+    num_envs: int = 1
+    """parallel environments"""
+    buffer_size: int = 1_000_000
+    """transitions the replay buffer holds"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """target networks' Polyak rate: target = tau * online + (1 - tau) * target"""
+    batch_size: int = 256
+    """transitions sampled from the buffer per update"""
+    policy_noise: float = 0.2
+    """target policy smoothing: the noise's standard deviation, in action scales"""
+    exploration_noise: float = 0.1
+    """the acting noise's standard deviation, in action scales"""
+    learning_starts: int = 25_000
+    """env steps of uniform random actions before the first update"""
+    policy_frequency: int = 2
+    """env steps between actor (and target) updates: the delay"""
+    noise_clip: float = 0.5
+    """target policy smoothing: the noise is clipped to this, in action scales"""
+    log_frequency: int = 1_000
+    """env steps per iteration: what a run logs, times and shows at once"""
+    seed: int = 1
+    """one seed drives init, environments, exploration and sampling"""
+    buffer: Literal["device", "host"] = "device"
+    """where the replay buffer lives: tensors on torch's device, or NumPy arrays on the host (CleanRL's)"""
+    compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune", "none"] = "auto"
+    """torch.compile mode: auto is reduce-overhead (CUDA graphs) on CUDA and default on CPU; none is eager"""
+
+
+MODELS = {"small": (256, 256)}  # hidden widths of the actor and of each critic
+
+
+def variant_name(args: Args) -> str:
+    vectorization = "" if args.vectorization == "sync" else f"-{args.vectorization}"
+    mode = "" if args.compile_mode == "auto" else f"-{args.compile_mode}"
+    return "td3_torch_compile_gymnasium" + vectorization + mode + ("-host" if args.buffer == "host" else "")
+
+
+ENVS = ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5")  # in Gymnasium and in EnvPool alike
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
+
+
+# %% environment helpers
+def make_env(env_id: str, num_envs: int, vectorization: str = "sync", seed: int = 0):
+    """The env as a vector env, or exit 2. Gymnasium's sync and async vector envs reset an env in the step
+    its episode ends; EnvPool's resets it on the next step (see env_step)."""
+    if env_id not in ENVS:
+        fail(f"env_id {env_id!r} is not a CPU env with Box actions this TD3 runs; supported: {', '.join(ENVS)}")
+    if vectorization == "envpool":
+        import envpool  # a second of imports: only when asked for
+
+        return envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed)  # env i: seed + i
+    # copy=False: the batched observation is not copied, float32 makes the one copy we keep; the async
+    # workers are forked before torch starts its threads (main makes the envs first)
+    return gym.make_vec(env_id, num_envs, vectorization_mode=vectorization,
+                        vector_kwargs={"autoreset_mode": SAME_STEP, "copy": False})
+
+
+def action_bounds(envs) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The action space's low and high, one entry per action dimension."""
+    space = envs.single_action_space
+    return tuple(np.broadcast_to(space.low, space.shape).tolist()), tuple(np.broadcast_to(space.high, space.shape).tolist())
+
+
+class EnvState(NamedTuple):
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+    resetting: np.ndarray  # next-step autoreset: the envs whose next step is a reset, not a transition
+
+
+class EnvStep(NamedTuple):
+    obs: np.ndarray  # after auto-reset
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray  # False for a next-step autoreset's reset step: no transition to store
+    final_obs: np.ndarray  # before auto-reset: the next observation a transition stores
+    episode_return: np.ndarray  # return of the episode that ended here, else 0
+    episode_length: np.ndarray
+
+
+def float32(obs):
+    return obs.astype(np.float32)  # a copy: the vector env's own array is written again by its next step
+
+
+def env_reset(envs, seed):
+    seeded = "seed" in getattr(envs, "config", {})  # EnvPool's envs were seeded by make_env
+    obs, _ = envs.reset() if seeded else envs.reset(seed=seed)  # env i is seeded with seed + i
+    zeros = np.zeros(envs.num_envs, np.float32)
+    return float32(obs), EnvState(zeros, zeros, np.zeros(envs.num_envs, bool))
+
+
+def env_step(envs, state: EnvState, action):
+    """Steps every env and keeps the episode statistics, on the host. A same-step autoreset hands the final
+    observations over in info; a next-step one returns them as the observation and spends the env's next
+    step on the reset, which stores no transition."""
+    obs, reward, terminated, truncated, info = envs.step(action)
+    obs, reward, done = float32(obs), reward.astype(np.float32), terminated | truncated
+    if envs.metadata["autoreset_mode"] == SAME_STEP:
+        final_obs, resetting = obs, np.zeros_like(done)
+        if done.any():
+            final_obs = obs.copy()
+            final_obs[done] = float32(np.stack(info["final_obs"][done]))
+    else:
+        final_obs, resetting = obs, done
+    valid = ~state.resetting
+    episode_return, episode_length = state.episode_return + reward, state.episode_length + valid  # a reset's: 0
+    step = EnvStep(obs, reward, terminated, truncated, valid, final_obs,
+                   np.where(done, episode_return, 0.0), np.where(done, episode_length, 0.0))
+    return EnvState(np.where(done, 0.0, episode_return), np.where(done, 0.0, episode_length), resetting), step
+
+
+# %% model
+def layer_init(layer: nn.Module, scale: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, scale)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
+    """ReLU between layers; orthogonal weights (gain sqrt 2, the output's 1) and zero biases, as the PPO scripts'."""
+    layers = []
+    for width in hidden:
+        layers += [layer_init(nn.Linear(in_dim, width), np.sqrt(2)), nn.ReLU()]
+        in_dim = width
+    return nn.Sequential(*layers, layer_init(nn.Linear(in_dim, out_dim), 1.0))
+
+
+class Actor(nn.Module):
+    """The deterministic policy: an MLP with ReLU, tanh, scaled into the action bounds (CleanRL's)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], bounds):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, len(bounds[0]))
+        low, high = (torch.tensor(b, dtype=torch.float32) for b in bounds)
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_buffer("action_bias", (high + low) / 2)
+
+    def forward(self, obs):
+        return torch.tanh(self.net(obs)) * self.action_scale + self.action_bias
+
+
+class Critic(nn.Module):
+    """Q(obs, action): an MLP with ReLU on the two side by side (CleanRL's)."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], action_dim: int):
+        super().__init__()
+        self.net = mlp(obs_dim + action_dim, hidden, 1)
+
+    def forward(self, obs, action):
+        return self.net(torch.cat([obs, action], -1))[..., 0]
+
+
+class TwinCritics(nn.Module):
+    """Both critics as one, LeanRL's way: a Critic whose every parameter holds the two critics' stacked on a
+    first axis, torch.vmap running the two at once (one batched matmul a layer where td3_torch.py runs two)."""
+
+    def __init__(self, qf1: Critic, qf2: Critic):
+        super().__init__()
+        self.stacked = copy.deepcopy(qf1)
+        for (name, p1), p2 in zip(qf1.named_parameters(), qf2.parameters()):
+            path, _, attr = name.rpartition(".")
+            setattr(self.stacked.get_submodule(path), attr, nn.Parameter(torch.stack([p1.detach(), p2.detach()])))
+
+    def forward(self, obs, action):
+        """Both critics' values: (2, batch)."""
+        call = lambda params: torch.func.functional_call(self.stacked, params, (obs, action))
+        return torch.vmap(call)(dict(self.stacked.named_parameters()))
+
+    def first(self, obs, action):
+        """The first critic's values alone (the actor's loss)."""
+        params = {name: p[0] for name, p in self.stacked.named_parameters()}
+        return torch.func.functional_call(self.stacked, params, (obs, action))
+
+
+class Networks(NamedTuple):
+    actor: Actor
+    actor_target: Actor
+    qf: TwinCritics
+    qf_target: TwinCritics
+    actor_optimizer: torch.optim.Adam
+    q_optimizer: torch.optim.Adam  # one over both critics, as CleanRL's
+
+
+def make_networks(obs_dim: int, bounds, args: Args, device) -> Networks:
+    """The actor and the twin critics, each target a copy, and CleanRL's two Adams (one over both critics)."""
+    hidden, action_dim = MODELS[args.model], len(bounds[0])
+    actor = Actor(obs_dim, hidden, bounds).to(device)
+    qf = TwinCritics(*(Critic(obs_dim, hidden, action_dim).to(device) for _ in range(2)))
+    target = lambda net: copy.deepcopy(net).requires_grad_(False)
+    # a tensor learning rate; compiled, the multi-tensor Adam fuses into the update and keeps its step count on
+    # the device (capturable), as CUDA graphs need; eager, CleanRL's Adam of td3_torch.py
+    kind = dict(foreach=True, capturable=True) if args.compile_mode != "none" else {}
+    adam = lambda params: torch.optim.Adam(params, lr=torch.tensor(args.learning_rate, device=device), **kind)
+    return Networks(actor, target(actor), qf, target(qf), adam(actor.parameters()), adam(qf.parameters()))
+
+
+# saving and loading: torch's own format, with what it fits
+MODEL_FILE, SAVED_BY = "model.pt", "td3_torch_compile_gymnasium.py"  # only this script loads what it saved
+
+
+def save_model(run_dir: str, nets: Networks, args: Args) -> str:
+    meta = {"script": SAVED_BY, "model": args.model, "env_id": args.env_id}
+    torch.save({"meta": meta, **{name: net.state_dict() for name, net in nets._asdict().items()}},
+               os.path.join(run_dir, MODEL_FILE))
+    return MODEL_FILE
+
+
+def read_model(path: str, args: Args) -> dict:
+    """What a model was saved with, or exit 2 saying why this run cannot start from it."""
+    return read_saved(path, lambda f: torch.load(f, map_location="cpu", weights_only=True),
+                      model=args.model, env_id=args.env_id)
+
+
+# %% replay buffer
+class Buffer:
+    """A ring of transitions: CleanRL's (SB3's) layout, the true last observation of a truncated episode as
+    its next observation; as tensors on torch's device, each step's rows handed to it, or (host) as NumPy
+    arrays sampled by NumPy, each batch handed to the device (CleanRL's). A sample draws from the written
+    rows only."""
+
+    def __init__(self, capacity: int, obs_dim: int, action_dim: int, device, host: bool, seed: int):
+        self.device, self.host, self.pos, self.size = device, host, 0, 0
+        self.rng = np.random.default_rng(seed) if host else None
+        make = ((lambda *shape, dtype=np.float32: np.zeros((capacity, *shape), dtype)) if host else
+                (lambda *shape, dtype=torch.float32: torch.zeros((capacity, *shape), dtype=dtype, device=device)))
+        self.stores = (make(obs_dim), make(obs_dim), make(action_dim), make(), make(dtype=np.bool_ if host else torch.bool))
+
+    def add(self, *transition):
+        """One row per env (obs, next_obs, action, reward, terminated: NumPy, the env's), overwriting the
+        oldest once full."""
+        capacity, n = len(self.stores[0]), len(transition[0])
+        rows = slice(self.pos, self.pos + n) if self.pos + n <= capacity else np.arange(self.pos, self.pos + n) % capacity
+        for store, x in zip(self.stores, transition):
+            store[rows] = x if self.host else torch.from_numpy(x).to(self.device)
+        self.pos, self.size = (self.pos + n) % capacity, min(self.size + n, capacity)
+
+    def sample(self, batch_size: int):
+        if self.host:
+            rows = self.rng.integers(0, self.size, batch_size)
+            return tuple(torch.from_numpy(store[rows]).to(self.device) for store in self.stores)
+        rows = torch.randint(0, self.size, (batch_size,), device=self.device)
+        return tuple(store[rows] for store in self.stores)
+
+
+# %% the critics' and the actor's updates
+def critic_grads(nets: Networks, batch, noise, args: Args):
+    """Both critics' squared errors against one target, and their gradients: the smaller of the two target
+    critics at the target actor's action plus clipped noise (noise: standard normal, one per action), not
+    bootstrapped through a termination."""
+    obs, next_obs, action, reward, terminated = batch
+    actor_target = nets.actor_target
+    with torch.no_grad():
+        smoothing = (noise * args.policy_noise).clamp(-args.noise_clip, args.noise_clip) * actor_target.action_scale
+        low, high = actor_target.action_bias - actor_target.action_scale, actor_target.action_bias + actor_target.action_scale
+        next_action = torch.clamp(actor_target(next_obs) + smoothing, low, high)
+        next_q = nets.qf_target(next_obs, next_action).amin(0)
+        target = reward + (~terminated).float() * args.gamma * next_q
+    q = nets.qf(obs, action)
+    loss = ((q - target) ** 2).mean(1).sum()
+    loss.backward()
+    return loss.detach(), q[0].detach().mean()
+
+
+def critic_update(nets: Networks, batch, noise, args: Args):
+    """One Adam step on both critics (the gradients apart, as dqn_torch.py's td_grads)."""
+    nets.q_optimizer.zero_grad()
+    stats = critic_grads(nets, batch, noise, args)
+    adam_step(nets.q_optimizer)
+    return stats
+
+
+@torch.no_grad()
+def adam_step(optimizer: torch.optim.Adam):
+    """optimizer.step() without the graph breaks torch.optim makes on purpose (pytorch#104053): its body, under
+    no_grad as step runs it, compiles as one graph."""
+    inspect.unwrap(torch.optim.Adam.step)(optimizer)
+
+
+def actor_grads(nets: Networks, obs):
+    loss = -nets.qf.first(obs, nets.actor(obs)).mean()
+    loss.backward()
+    return loss.detach()
+
+
+def actor_update(nets: Networks, obs, tau: float):
+    """One Adam step up the first critic's value of the actor's action, then every target a Polyak step, all at once."""
+    nets.actor_optimizer.zero_grad()
+    loss = actor_grads(nets, obs)
+    adam_step(nets.actor_optimizer)
+    with torch.no_grad():
+        torch._foreach_lerp_([*nets.actor_target.parameters(), *nets.qf_target.parameters()],
+                             [*nets.actor.parameters(), *nets.qf.parameters()], tau)
+    return loss
+
+# %% training loop
+class Runner(NamedTuple):
+    env_state: EnvState
+    obs: np.ndarray
+    global_step: int  # env steps so far, over all envs: CleanRL's global_step
+
+
+@torch.no_grad()
+def act(actor: Actor, obs, uniform: bool, noise_scale: float):
+    """Each env's action: uniform in the bounds (before learning starts), else the actor's plus Gaussian noise of
+    noise_scale action scales, clipped to the bounds."""
+    low, high = actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale
+    shape = (len(obs), len(low))
+    if uniform:
+        return torch.lerp(low, high, torch.rand(shape, device=obs.device))
+    return torch.clamp(actor(obs) + torch.randn(shape, device=obs.device) * noise_scale * actor.action_scale, low, high)
+
+
+def iteration(nets: Networks, buffer: Buffer, runner: Runner, envs, args: Args):
+    """log_frequency env steps: act, step, store, and on CleanRL's steps update."""
+    steps, qf_losses, q1s, actor_losses, device = [], [], [], [], nets.actor.action_scale.device
+    for _ in range(args.log_frequency // args.num_envs):
+        t = runner.global_step
+        torch.compiler.cudagraph_mark_step_begin()  # a new CUDA-graph step: earlier outputs may be reused
+        obs = torch.from_numpy(runner.obs).to(device)
+        with region("policy_step", args.profile):  # harness
+            action = act(nets.actor, obs, t < args.learning_starts, args.exploration_noise).cpu().numpy()
+        with region("env_step", args.profile):  # harness
+            env_state, out = env_step(envs, runner.env_state, action)
+        keep = out.valid if not out.valid.all() else slice(None)  # a reset step is no transition
+        with region("buffer", args.profile):  # harness
+            buffer.add(runner.obs[keep], out.final_obs[keep], action[keep], out.reward[keep], out.terminated[keep])
+        # CleanRL updates the critics at every global_step > learning-starts, the actor and the targets where it is
+        # also a multiple of policy-frequency; with n envs a vector step covers global steps t..t+n-1
+        with region("update", args.profile):  # harness
+            if t > args.learning_starts:
+                batch = buffer.sample(args.batch_size)
+                torch.compiler.cudagraph_mark_step_begin()
+                qf_loss, q1 = critic_update(nets, batch, torch.randn_like(batch[2]), args)
+                qf_losses.append(qf_loss.clone()), q1s.append(q1.clone())  # kept past the graph's next replay
+                if (-t) % args.policy_frequency < args.num_envs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                    actor_losses.append(actor_update(nets, batch[0], args.tau).clone())
+        runner = Runner(env_state, out.obs, t + args.num_envs)
+        steps.append((out.episode_return, out.episode_length))
+    episode_return, episode_length = map(np.stack, zip(*steps))
+    mean = lambda xs: torch.stack(xs).mean() if xs else 0.0
+    stats = {"episodes": (episode_length > 0).sum(), "episodic_return_sum": episode_return.sum(),
+             "episodic_length_sum": episode_length.sum(), "updates": len(qf_losses),
+             "actor_updates": len(actor_losses), "qf_loss": mean(qf_losses), "qf1_values": mean(q1s),
+             "actor_loss": mean(actor_losses)}
+    return runner, stats
+
+
+def evaluate(actor: Actor, args: Args, num_episodes: int, seed: int) -> np.ndarray:
+    """One episode on each of num_episodes fresh envs, the actor's action without noise: their returns."""
+    envs = make_env(args.env_id, num_episodes, args.vectorization, seed)
+    obs, env_state = env_reset(envs, seed)
+    returns, done, device = np.zeros(num_episodes), np.zeros(num_episodes, bool), actor.action_scale.device
+    while not done.all():
+        with torch.no_grad():
+            action = actor(torch.from_numpy(obs).to(device)).cpu().numpy()
+        env_state, out = env_step(envs, env_state, action)
+        ended = (out.episode_length > 0) & ~done  # each env's first episode only
+        returns[ended] = out.episode_return[ended]
+        done, obs = done | ended, out.obs
+    envs.close()
+    return returns
+
+
+# %% training loop with logging
+def compile_hot_paths(mode: str):
+    """torch.compile the policy step, each update's losses with their gradients, and Adam's step where they are
+    called, LeanRL style, each one graph (fullgraph: a graph break is an error)."""
+    global act, critic_grads, actor_grads, adam_step
+    torch._dynamo.config.trace_autograd_ops = True  # loss.backward() joins the compiled graph
+    act, critic_grads, actor_grads, adam_step = (torch.compile(f, mode=mode, fullgraph=True)
+                                                 for f in (act, critic_grads, actor_grads, adam_step))
+
+
+def torch_device() -> torch.device:
+    """The GPU if there is one, as in CleanRL: the environments step on the host either way."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def train(args: Args, envs, writer, saved: dict | None = None) -> Networks:
+    """writer: TensorBoard's (the benchmark's RunLog, which also times and records the run)."""
+    torch.manual_seed(args.seed)  # drives init, exploration and the device buffer's sampling; the same seed the envs
+    device, obs_dim, bounds = torch_device(), envs.single_observation_space.shape[0], action_bounds(envs)
+    obs, env_state = env_reset(envs, args.seed)
+    mode = {"auto": "reduce-overhead" if device.type == "cuda" else "default"}.get(args.compile_mode, args.compile_mode)
+    if args.compile_mode != "none":
+        compile_hot_paths(mode)
+    nets = make_networks(obs_dim, bounds, args, device)
+    if saved is not None:  # harness: the weights, the targets and Adam's states; the buffer starts empty
+        for name, net in nets._asdict().items():
+            net.load_state_dict(saved[name])
+    buffer = Buffer(args.buffer_size, obs_dim, len(bounds[0]), device, args.buffer == "host", args.seed)
+    runner = Runner(env_state, obs, 0)
+    num_iterations = args.total_timesteps // args.log_frequency
+    with Progress() as progress:
+        task = progress.add_task("iteration 0" + (", compiling" if args.compile_mode != "none" else ""),
+                                 total=num_iterations)
+        for i in range(num_iterations):
+            t0 = time.perf_counter()
+            with region("iteration", args.profile):  # harness
+                runner, stats = iteration(nets, buffer, runner, envs, args)
+            stats = {k: float(v) for k, v in stats.items()}  # the host fetch, which waits for the iteration
+            seconds, global_step = time.perf_counter() - t0, (i + 1) * args.log_frequency
+            if stats["episodes"]:
+                writer.add_scalar("charts/episodic_return", stats["episodic_return_sum"] / stats["episodes"], global_step)
+                writer.add_scalar("charts/episodic_length", stats["episodic_length_sum"] / stats["episodes"], global_step)
+            writer.add_scalar("charts/SPS", args.log_frequency / seconds, global_step)
+            if stats["updates"]:  # the losses of the iteration's updates, where it made any (none before learning starts)
+                writer.add_scalar("losses/qf_loss", stats["qf_loss"], global_step)
+                writer.add_scalar("losses/qf1_values", stats["qf1_values"], global_step)
+            if stats["actor_updates"]:
+                writer.add_scalar("losses/actor_loss", stats["actor_loss"], global_step)
+            writer.iteration(i, {"iteration": seconds}, stats)  # harness: time/, memory/, the final return, --profile
+            progress.update(task, advance=1, description=f"{global_step:,} steps, SPS {args.log_frequency / seconds:,.0f}")
+    return nets
+
+
+def traced(args: Args) -> range:  # harness
+    """--profile's iterations (from 0): the last two, after at least one that compiles."""
+    iterations = args.total_timesteps // args.log_frequency
+    return range(iterations - 2, iterations)
+
+
+def invalid(args: Args) -> str | None:  # harness
+    """Why these arguments cannot run, beyond each one's range (check_args asks first), or None."""
+    if args.compile_mode == "reduce-overhead" and torch_device().type != "cuda":
+        return "--compile-mode reduce-overhead replays CUDA graphs, and torch has no CUDA device here: use default"
+    if args.log_frequency % args.num_envs or args.total_timesteps % args.log_frequency:
+        return (f"log_frequency={args.log_frequency} must be a multiple of num_envs={args.num_envs} and divide "
+                f"total_timesteps={args.total_timesteps}")
+    if args.policy_frequency < args.num_envs:
+        return (f"policy_frequency={args.policy_frequency} must be at least num_envs={args.num_envs}: one vector "
+                f"step makes at most one actor update")
+    if args.batch_size > args.buffer_size:
+        return f"batch_size={args.batch_size} is larger than buffer_size={args.buffer_size}"
+    if args.total_timesteps and args.learning_starts >= args.total_timesteps:
+        return (f"learning_starts={args.learning_starts} is not before the run's end (total_timesteps="
+                f"{args.total_timesteps}): it would never learn")
+    if args.profile and args.total_timesteps // args.log_frequency < 3:  # the first iteration compiles
+        return (f"--profile traces the last two iterations after a first: total_timesteps must be at least "
+                f"3 * log_frequency = {3 * args.log_frequency}, got {args.total_timesteps}")
+    return None
+
+
+# %% main
+def main():
+    args = tyro.cli(RunArgs)  # plain: args = tyro.cli(Args)
+    check_args(args)  # harness: bad input exits 2 before anything is written
+    envs = make_env(args.env_id, args.num_envs, args.vectorization, args.seed)
+    saved = read_model(args.load_model, args) if args.load_model else None  # harness
+    writer = start_run(args, variant_name(args), torch_device(),  # plain: writer = Writer(f"runs/{args.env_id}__{variant_name(args)}__{args.seed}__{int(time.time())}")
+                       env={"id": args.env_id, "vectorization": args.vectorization,
+                            "autoreset": envs.metadata["autoreset_mode"].value})  # the env as it reports itself
+    with writer:  # harness: summary.json, the saved model and the evaluation; an interrupted run keeps its logs
+        nets = train(args, envs, writer, saved)  # plain: train(args, envs, writer)
+        writer.finish(save=lambda run_dir: save_model(run_dir, nets, args),  # harness
+                      # evaluation's fresh envs, seeded after the training envs' seeds
+                      evaluate=lambda: evaluate(nets.actor, args, args.eval_episodes, args.seed + args.num_envs))
+    envs.close()
+    # plain: writer.close()
+
+
+# %% harness
+# The benchmark's own part, one text in every script (tests/test_shape.py holds it): the run's arguments, their
+# checks, the run's record (run.json: arguments, machine, versions, threads), the TensorBoard writer and
+# --track, --profile's named ranges, summary.json, the saved model and the evaluation. `python plain.py SCRIPT`
+# prints the script without it (README, "Copying a script into your project").
+import cProfile
+import importlib.util
+import json
+import math
+import os
+import platform
+import resource
+import signal
+import sys
+from contextlib import nullcontext
+from dataclasses import asdict
+from importlib import metadata
+
+TORCH, JAX = globals().get("torch"), globals().get("jax")  # the frameworks this script imports (one, or both)
+
+
+@dataclass
+class RunArgs(Args):
+    """The algorithm's arguments (Args, above) and the benchmark's own: tyro.cli(RunArgs) reads both."""
+    matmul_precision: Literal["float32", "tf32"] = "float32"
+    """float32 matmuls on a GPU, set alike in every framework: full float32, or TF32 tensor cores"""
+    log_dir: str = "runs"
+    """parent directory of the run directories"""
+    save_model: bool = False
+    """at the end, save the networks and the optimizers' state (the script's save_model()) into the run directory"""
+    load_model: str | None = None
+    """start from a model this script saved (its file, or the run directory holding it) instead of fresh weights"""
+    eval_episodes: int = 0
+    """after training, run this many episodes on fresh envs, acting as the script's evaluate() does (eval/...)"""
+    profile: bool = False
+    """trace the iterations the script's traced() names into the run directory: the framework's ops (torch's in
+    trace.json.gz, JAX's compiled programs in plugins/profile/: Perfetto opens both) and Python's side (python.prof,
+    snakeviz opens it); docs/profiling.md"""
+    progress_seconds: float = 30.0
+    """where stdout is no terminal (a log file, a job scheduler): seconds between progress lines (0: each iteration)"""
+    track: Literal["mlflow", "wandb"] | None = None
+    """also log the run to MLflow (a store in the run directory, or MLFLOW_TRACKING_URI's) or Weights & Biases
+    (synced from TensorBoard, as CleanRL's --track; WANDB_MODE=offline honoured); docs/tracking.md"""
+
+
+def fail(message: str):
+    """Bad input: one line on stderr, exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+RANGES = {  # every numeric argument's valid values (of any script's Args), checked before anything is written
+    "a positive integer": (("num_envs", "num_steps", "num_minibatches", "update_epochs", "num_agents", "buffer_size",
+                            "batch_size", "train_frequency", "target_network_frequency", "policy_frequency",
+                            "log_frequency"), lambda x: x > 0),
+    "an integer >= 0": (("num_iterations", "total_timesteps", "learning_starts", "eval_episodes"), lambda x: x >= 0),
+    "> 0": (("learning_rate", "policy_lr", "q_lr", "clip_coef", "max_grad_norm", "adam_eps"),
+            lambda x: 0 < x < math.inf),
+    ">= 0": (("ent_coef", "vf_coef", "alpha", "policy_noise", "exploration_noise", "noise_clip",
+              "progress_seconds"),
+             lambda x: 0 <= x < math.inf),
+    "in [0, 1]": (("gamma", "gae_lambda", "tau", "start_e", "end_e"), lambda x: 0 <= x <= 1),
+    "in (0, 1]": (("exploration_fraction",), lambda x: 0 < x <= 1),
+    "in [0, 2**31 - 1], what every framework's generator takes": (("seed",), lambda x: 0 <= x < 2**31),
+    "two values in [0, 1)": (("adam_betas",), lambda x: all(0 <= beta < 1 for beta in x)),
+}
+
+
+def check_args(args):
+    """Each numeric argument in its range (None: the action space's default, set later), --track's package,
+    then what the algorithm's invalid(args) finds."""
+    for expected, (names, valid) in RANGES.items():
+        for name in names:
+            if getattr(args, name, None) is not None and not valid(getattr(args, name)):
+                fail(f"{name} must be {expected}, got {getattr(args, name)}")
+    if args.track and importlib.util.find_spec(args.track) is None:  # imported only when asked for
+        fail(f"--track {args.track} needs the {TRACKERS[args.track]} package: pip install {TRACKERS[args.track]}")
+    if why := invalid(args):  # the algorithm's own rules (the reading part's invalid())
+        fail(why)
+
+
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "equinox", "gymnax", "craftax", "gymnasium", "minatar", "mujoco",
+            "envpool", "torch")
+
+
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # what sets each runtime's threads
+
+
+def machine() -> dict:
+    """What a time depends on besides the code: the versions, the CPU, its load as the run starts, the threads."""
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux: the first processor's block
+            cpu = dict(map(str.strip, line.split(":", 1)) for line in f.read().split("\n\n")[0].splitlines()
+                       if ":" in line)
+    except OSError:
+        cpu = {}
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    if TORCH is not None:
+        threads |= {"torch_intra_op": TORCH.get_num_threads(), "torch_inter_op": TORCH.get_num_interop_threads(),
+                    "torch_backend": TORCH.__config__.parallel_info().rsplit(": ", 1)[-1].strip(),
+                    "torch_cpu_capability": TORCH.backends.cpu.get_cpu_capability()}
+    installed = {dist.metadata["Name"].lower(): dist.version for dist in metadata.distributions()}
+    return {"versions": {"python": platform.python_version(), **{pkg: installed.get(pkg) for pkg in PACKAGES}},
+            "cpu": cpu.get("model name", platform.processor()),
+            "cpu_family_model": [cpu.get("cpu family"), cpu.get("model")],
+            "cpu_flags": [f for f in ("avx2", "avx512f", "amx_tile") if f in cpu.get("flags", "").split()],
+            "cpu_mhz": float(cpu["cpu MHz"]) if "cpu MHz" in cpu else None, "cores": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "session": os.environ.get("BENCHBACK_SESSION"), "threads": threads}  # session: one bench.sh sitting
+
+
+def make_run_dir(args: Args, variant: str, device: str, precision: dict, **record) -> str:
+    """A new directory per run, never reused: the unix time in ms, bumped on a clash. record: more of run.json."""
+    stamp = int(time.time() * 1000)
+    while True:
+        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{variant}__{args.model}__s{args.seed}__{stamp}")
+        try:
+            os.makedirs(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+        except OSError as e:  # --log-dir is a file, or a place we may not write: bad input like any other
+            fail(f"cannot create a run directory in --log-dir {args.log_dir!r}: {e.strerror}")
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump({"args": asdict(args), "variant": variant, "matmul_precision": precision,
+                   **record, "device": device, **machine(), "start_time": START_TIME}, f, indent=2)
+    return run_dir
+
+
+TRACKERS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # --track's module, and the package that brings it
+
+
+class MLflowWriter(Writer):
+    """TensorBoard's writer that also hands each step's scalars to MLflow: one call per step, at each flush."""
+
+    def __init__(self, run_dir: str, mlflow):
+        super().__init__(run_dir)
+        self.mlflow, self.pending = mlflow, {}
+
+    def add_scalar(self, tag, data, step, **kwargs):
+        super().add_scalar(tag, data, step, **kwargs)
+        self.pending.setdefault(int(step), {})[tag] = float(data)
+
+    def flush(self):
+        super().flush()
+        for step in sorted(self.pending):
+            self.mlflow.log_metrics(self.pending.pop(step), step=step)
+
+    def close(self):
+        self.flush()
+        super().close()
+
+
+def make_writer(args: Args, variant: str, run_dir: str) -> Writer:
+    """The run's TensorBoard writer; with --track, the run opened in W&B or MLflow too (docs/tracking.md)."""
+    params, name = {**asdict(args), "variant": variant}, os.path.basename(run_dir)
+    if args.track == "wandb":  # before the writer, whose event file W&B follows (CleanRL's --track)
+        import wandb
+        # its files beside the run directories: inside one, W&B would read their copy of the events too
+        wandb.init(project="benchback", name=name, config=params, dir=args.log_dir, sync_tensorboard=True)
+    elif args.track == "mlflow":
+        import mlflow
+        if "MLFLOW_TRACKING_URI" not in os.environ:  # else the user's server or store: MLflow reads the variable
+            mlflow.set_tracking_uri(f"sqlite:///{os.path.abspath(run_dir)}/mlflow.db")  # a store in the run directory
+            mlflow.create_experiment("benchback", os.path.abspath(os.path.join(run_dir, "mlflow")))
+        mlflow.set_experiment("benchback")
+        mlflow.start_run(run_name=name)
+        mlflow.log_params(params)
+        return MLflowWriter(run_dir, mlflow)
+    return Writer(run_dir)
+
+
+def end_tracking(args: Args, run_dir: str, summary: dict | None):
+    """With --track: the saved model to MLflow, and the tracker's run ended (failed without a summary)."""
+    if args.track == "mlflow":
+        import mlflow
+        if summary and summary["saved_model"]:
+            mlflow.log_artifact(os.path.join(run_dir, summary["saved_model"]))
+        mlflow.end_run("FINISHED" if summary else "FAILED")
+    elif args.track == "wandb":
+        import wandb
+        wandb.finish(exit_code=0 if summary else 1)
+
+
+def region(name: str, on: bool):
+    """A named range in --profile's trace; when not profiling, nothing (record_function costs µs even then)."""
+    if not on:
+        return nullcontext()
+    return TORCH.profiler.record_function(name) if TORCH else JAX.profiler.TraceAnnotation(name)
+
+
+def set_matmul_precision(precision: str) -> dict:
+    """The same float32 matmuls in every framework the script imports: on a GPU, JAX's default would be TF32,
+    torch's full float32."""
+    set_by = {}
+    if JAX is not None:
+        JAX.config.update("jax_default_matmul_precision", {"float32": "float32", "tf32": "tensorfloat32"}[precision])
+        set_by["jax"] = JAX.config.jax_default_matmul_precision
+    if TORCH is not None:
+        TORCH.set_float32_matmul_precision({"float32": "highest", "tf32": "high"}[precision])
+        TORCH.backends.cudnn.allow_tf32 = precision == "tf32"  # convolutions: cuDNN's default is TF32
+        set_by["torch"] = TORCH.get_float32_matmul_precision()
+    return set_by
+
+
+def peak_device_mb():
+    """On a GPU, the peaks of the allocators the script uses, summed: torch's and JAX's; on a CPU, None."""
+    jax_stats = (JAX.devices()[0].memory_stats() or {}) if JAX is not None else {}  # {} on a CPU
+    torch_cuda = TORCH is not None and TORCH.cuda.is_initialized()
+    if not torch_cuda and "peak_bytes_in_use" not in jax_stats:
+        return None
+    return ((TORCH.cuda.max_memory_allocated() if torch_cuda else 0) + jax_stats.get("peak_bytes_in_use", 0)) / 2**20
+
+
+def read_saved(path: str, read, **this_run):
+    """--load-model's model: its file (or the run directory holding MODEL_FILE) as read(file) reads it, a dict with
+    the "meta" it was saved with; or exit 2 saying why this run cannot start from it: unreadable, not a whole
+    model, saved by another script (SAVED_BY) or with other this_run values (its model, env id, ...)."""
+    path = os.path.join(path, MODEL_FILE) if os.path.isdir(path) else path
+    try:
+        with open(path, "rb") as f:
+            saved = read(f)
+        meta = saved["meta"]
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        fail(f"--load-model {path}: {e.strerror}")
+    except Exception:  # truncated, or not a saved model: the readers raise many kinds
+        fail(f"--load-model {path} is not a whole model saved by {SAVED_BY}")
+    for key, value in {"script": SAVED_BY, **this_run}.items():
+        if meta.get(key, False) != value:
+            fail(f"--load-model {path} was saved with {key} {meta.get(key)!r}; this run has {value!r}")
+    return saved
+
+
+ALGORITHM = SAVED_BY.split("_")[0]  # each script's name starts with its algorithm: ppo, dqn, td3, sac
+
+
+def total_steps(args) -> int:
+    """The env steps a run takes, its step axis's end: total_timesteps, or num_iterations rollouts of
+    num_envs * num_steps (each agent's, in an agent script)."""
+    if hasattr(args, "total_timesteps"):
+        return args.total_timesteps
+    return args.num_iterations * args.num_envs * args.num_steps
+
+
+def against_target(env_id: str, model: str, final: float | None) -> str:
+    """Whether a final return reached the study's target for this algorithm, env and model (results/targets.json,
+    beside the scripts, which analyze.py writes from the committed learning runs): did the run learn as the
+    study's did? Or why it cannot say."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "targets.json")
+    target = json.load(open(path)).get(ALGORITHM, {}).get(env_id, {}).get(model) if os.path.exists(path) else None
+    if target is None:
+        return f"; the study has no target for {ALGORITHM.upper()} on {env_id} with the {model} model to judge it by"
+    reached = "reached: it learned" if final is not None and final >= target["target"] else "not reached"
+    return (f"; the study's target for {env_id}, {model} model ({target['share']:.0%} of the way to its best final "
+            f"return in {target['steps']:,} env steps), {target['target']:g}: {reached}")
+
+
+def stop_on(signum, frame):
+    """SIGTERM (a scheduler's time limit, kill): stop as Ctrl-C does, so that the run says where it stopped."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def start_run(args, variant: str, device, **record) -> "RunLog":
+    """The run's directory and record, and its writer: TensorBoard's, which the run's log wraps.
+    device: JAX's device kind, or the torch.device a torch script trains on."""
+    precision = set_matmul_precision(args.matmul_precision)
+    if TORCH is not None and isinstance(device, TORCH.device):
+        if device.type == "cpu" and TORCH.cuda.is_available():  # torch follows JAX, and this jaxlib has no GPU
+            print("warning: torch sees a GPU, but JAX runs on the CPU (a CPU-only jaxlib?), so this run trains on "
+                  "the CPU; install JAX's CUDA plugin to train on the GPU (docs/benchmark.md)", file=sys.stderr)
+        device = TORCH.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    run_dir = make_run_dir(args, variant, device, precision, **record)
+    return RunLog(make_writer(args, variant, run_dir), args, variant, run_dir)
+
+
+class RunLog:
+    """The writer the algorithm logs to: TensorBoard's, and what the benchmark keeps besides. Each iteration
+    (iteration(), after the algorithm's own scalars) adds its times (time/...) and memory (memory/...), keeps its
+    episodes for the final return, flushes, and starts or ends --profile's trace at the iterations traced(args)
+    names; where stdout is no terminal (rich draws no bar there), a line after the first iteration (compilation
+    included) and every --progress-seconds. As a context: finish() writes summary.json's figures, the saved model
+    and the evaluation; leaving closes the writer and ends --track, and writes summary.json last; an interrupted
+    run (an error, Ctrl-C, SIGTERM) says at which step it stopped, and keeps its logs without a summary.json."""
+
+    def __init__(self, writer: Writer, args, variant: str, run_dir: str):
+        self.writer, self.args, self.variant, self.run_dir = writer, args, variant, run_dir
+        self.python = cProfile.Profile()  # --profile: the Python side of the traced iterations
+        self.traced = traced(args)  # --profile's iterations (from 0)
+        self.episodes = []  # (count, return sum) per iteration: numbers, or arrays of one entry per agent
+        self.step, self.summary = 0, None
+        self.lines = not sys.stdout.isatty()  # progress as plain lines
+        self.started = self.reported = time.time()
+        self.first = None  # (time, step) at the end of the first iteration, which compiles
+        if self.lines:
+            print(f"{run_dir}: {total_steps(args):,} env steps to run; the first iteration includes compilation",
+                  flush=True)
+
+    def add_scalar(self, tag: str, value, step: int):
+        self.writer.add_scalar(tag, value, step)
+        self.step = step  # the iteration's step, for what iteration() adds
+
+    def iteration(self, iteration: int, times: dict, stats: dict):
+        for name, seconds in times.items():
+            self.writer.add_scalar(f"time/{name}", seconds, self.step)
+        self.episodes.append((np.asarray(stats["episodes"]), np.asarray(stats["episodic_return_sum"], dtype=float)))
+        self.writer.add_scalar("memory/peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, self.step)
+        if (device_mb := peak_device_mb()) is not None:  # None: the framework does not report it (a CPU)
+            self.writer.add_scalar("memory/peak_device_mb", device_mb, self.step)
+        self.writer.flush()  # an interrupted run keeps every finished iteration
+        now = time.time()
+        if self.first is None:
+            self.first = now, self.step
+            if self.lines:
+                print(f"step {self.step:,}: first iteration done, compilation included, "
+                      f"{now - self.started:.1f} s", flush=True)
+        elif self.lines and now - self.reported >= self.args.progress_seconds:
+            self.reported = now
+            print(self.progress(now), flush=True)
+        if self.args.profile and iteration + 1 in (self.traced.start, self.traced.stop):
+            self.trace(start=iteration + 1 == self.traced.start)
+
+    def trace(self, start: bool):
+        """--profile: starts or ends the trace of the iterations traced(args) names (docs/profiling.md)."""
+        if start:
+            if TORCH is not None:  # the CPU's ops, and the GPU's kernels where there is one
+                self.tracer = TORCH.profiler.profile()
+                self.tracer.start()
+            else:
+                JAX.profiler.start_trace(self.run_dir, create_perfetto_trace=True)
+            self.python.enable()
+        else:
+            self.python.disable()
+            if TORCH is not None:
+                self.tracer.stop()
+                self.tracer.export_chrome_trace(os.path.join(self.run_dir, "trace.json.gz"))
+            else:
+                JAX.profiler.stop_trace()
+            self.python.dump_stats(os.path.join(self.run_dir, "python.prof"))
+
+    def progress(self, now: float) -> str:
+        """Where the run is: its step, the recent return, the rate since compilation, the time left at it."""
+        rate = (self.step - self.first[1]) / max(now - self.first[0], 1e-9)
+        left = (total_steps(self.args) - self.step) / rate if rate else math.inf
+        return (f"step {self.step:,} of {total_steps(self.args):,}: {self.returns()}, {rate:,.0f} steps/s, "
+                f"{left / 60:,.1f} min left at this rate")
+
+    def returns(self, final: bool = False) -> str:
+        """The mean return of the episodes that ended in the last 10 iterations, in words."""
+        if (mean := self.final_return()) is None:
+            return "no episode ended in the last 10 iterations" if final else "no episode ended yet"
+        return f"{'final ' if final else ''}return {mean:,.2f} (the episodes of the last 10 iterations)"
+
+    def finish(self, save, evaluate):
+        """After the timed part: summary.json's figures, the model save(run_dir) saved with --save-model, and
+        --eval-episodes' returns, evaluate()."""
+        self.summary = {"time/total": time.time() - START_TIME, "charts/episodic_return_final": self.final_return()}
+        self.summary["saved_model"] = save(self.run_dir) if self.args.save_model else None
+        self.summary |= self.evaluation(evaluate() if self.args.eval_episodes else [])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error, value, _):
+        self.writer.close()
+        end_tracking(self.args, self.run_dir, None if error else self.summary)
+        if error:  # an interrupted run keeps what it logged, and has no summary.json
+            stopped = issubclass(error, KeyboardInterrupt)  # Ctrl-C, or SIGTERM (stop_on)
+            why = (value.args[0] if value.args else "Ctrl-C") if stopped else error.__name__
+            print(f"{self.run_dir}: stopped by {why} at step {self.step:,} of {total_steps(self.args):,}; the logs "
+                  "of the finished iterations are kept, no summary.json", flush=True)
+            if stopped:  # said: no traceback, and the exit code the signal's default would give
+                sys.exit(143 if why == "SIGTERM" else 130)
+            return
+        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:  # written last: marks the run complete
+            json.dump(self.summary, f, indent=2)
+        final = self.summary["charts/episodic_return_final"]
+        evaluation = f"; evaluation {self.summary['eval/episodic_return']:,.1f}" if self.args.eval_episodes else ""
+        target = against_target(self.args.env_id, self.args.model, final)
+        print(f"{self.run_dir}: {self.returns(final=True)}{evaluation}{target}")
+
+    def evaluation(self, returns) -> dict:
+        """eval/episodic_return: each evaluation episode's return (step = episode), or with an agent axis each
+        agent's under eval/episodic_return/agent<i>; summary.json's mean and every return."""
+        returns = np.asarray(returns, dtype=float)
+        for agent, agent_returns in enumerate(returns if returns.ndim == 2 else [returns]):
+            tag = f"eval/episodic_return/agent{agent}" if returns.ndim == 2 else "eval/episodic_return"
+            for episode, episodic_return in enumerate(agent_returns):
+                self.writer.add_scalar(tag, episodic_return, episode)
+        return {"eval/episodic_return": float(returns.mean()) if returns.size else None,
+                "eval/episodic_returns": returns.tolist() if returns.size else None}
+
+    def final_returns(self) -> list:
+        """Each agent's mean return of the episodes that ended in the last 10 iterations (None: none ended)."""
+        if not self.episodes:
+            return [None] * getattr(self.args, "num_agents", 1)
+        count, total = (np.sum(x, 0) for x in zip(*self.episodes[-10:]))
+        return [float(s / n) if n else None for s, n in zip(np.atleast_1d(total), np.atleast_1d(count))]
+
+    def final_return(self):
+        """The mean return of the episodes that ended in the last 10 iterations (of the agents, the mean of each's)."""
+        returns = [r for r in self.final_returns() if r is not None]
+        return float(np.mean(returns)) if returns else None
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on)  # a scheduler's time limit: the run says where it stopped
+    main()
