@@ -352,9 +352,8 @@ def iteration(q_network, target_network, optimizer, buffer: Buffer, runner: Runn
                 losses.append(loss.clone()), qs.append(q.clone())  # kept past the graph's next replay
         with region("update", args.profile):  # harness
             if learning and (-t) % args.target_network_frequency < args.num_envs:
-                with torch.no_grad():
-                    for target, online in zip(target_network.parameters(), q_network.parameters()):
-                        target.copy_(args.tau * online + (1.0 - args.tau) * target)
+                with torch.no_grad():  # every parameter in one in-place lerp (at tau 1, exactly a copy)
+                    torch._foreach_lerp_(list(target_network.parameters()), list(q_network.parameters()), args.tau)
         runner = Runner(env_state, out.obs, t + args.num_envs, runner.rng)
         steps.append((out.episode_return, out.episode_length))
     episode_return, episode_length = map(np.stack, zip(*steps))
