@@ -7,7 +7,7 @@ step too; Adam's rate a tensor and its step count on the device (capturable), as
 
     python dqn_torch_compile.py --env-id CartPole-v1
     python dqn_torch_compile.py --torch-env            # the env in torch, its step compiled too
-    python dqn_torch_compile.py --compile-mode none    # exactly dqn_torch.py
+    python dqn_torch_compile.py --compile-mode none    # eager: dqn_torch.py, its target moved by one lerp
 """
 
 # %% imports
