@@ -195,7 +195,9 @@ OFFPOLICY_COMPILED_SCRIPTS = sorted(p.name for p in ROOT.glob("*_torch_compile*.
 @pytest.mark.parametrize("script", OFFPOLICY_COMPILED_SCRIPTS)
 def test_cuda_graphs_without_cuda_are_refused(script, tmp_path, monkeypatch, capsys):
     """--compile-mode reduce-overhead replays CUDA graphs: where torch has no CUDA device (here), a compiled
-    off-policy script says so in one line, exit 2, nothing written, rather than run another mode under its name."""
+    off-policy script says so in one line, exit 2, nothing written, rather than run another mode under its name. (A
+    run of no env steps: one that is not refused ends at once, and fails here.)"""
     assert len(OFFPOLICY_COMPILED_SCRIPTS) == 6
-    line = refused_in_process(script, ["--compile-mode", "reduce-overhead"], tmp_path / "runs", monkeypatch, capsys)
+    args = ["--compile-mode", "reduce-overhead", "--total-timesteps", "0"]
+    line = refused_in_process(script, args, tmp_path / "runs", monkeypatch, capsys)
     assert "reduce-overhead replays CUDA graphs, and torch has no CUDA device here" in line

@@ -13,7 +13,8 @@ One tiny run per script, through its own main() in this process, watches the dra
 take them (the update that takes a batch and noise, the policy step, SAC's sample) are wrapped in a private copy of
 the module to record what they are handed and what they return (JAX's through jax.debug.callback, from inside
 the compiled iteration). The buffer is smaller than --learning-starts, full before the first update, so a dropped
-key would sample the very same rows again. dqn/td3/sac_torch_compile.py run twice: with --compile-mode none (the same
+key would sample the very same rows again. dqn/td3/sac_torch_compile.py run twice (their CPU-env twins, the
+*_torch_compile_gymnasium.py scripts, compiled only): with --compile-mode none (the same
 source, its loop and its draws, eager) and in the mode they run by default (torch.compile's default on a CPU),
 where TD3's and SAC's policy step is one compiled graph whose random draws are inductor's own generated code, not the
 eager ops' (no fallback_random here: what the script draws; DQN's draws stay eager, its greedy action compiled). The compiled policy step is watched from outside, wrapped
@@ -154,7 +155,7 @@ class Run(collections.namedtuple("Run", "script args seen logged")):
 
 
 def watched_run(script: str, log_dir, compiled: bool = False) -> Run:
-    """The script's tiny run through its main(), watched; compiled (a *_compile.py script): in its default compile
+    """The script's tiny run through its main(), watched; compiled (a compiled script): in its default compile
     mode, the compiled functions watched once compile_hot_paths has made them."""
     import jax
 
